@@ -1,0 +1,60 @@
+"""Token-capture finalizer: freeze, rebuild and retire the exact tokens of RL agent rollouts."""
+
+from __future__ import annotations
+
+from token_finalizer.build import build_from_snapshot, mask_reason
+from token_finalizer.delivery import (
+    MASK_SAMPLE_KEY,
+    TOKEN_CAPTURE_KEY,
+    capture_build_can_retire,
+    finalize_record,
+    finalize_rollout_token_capture,
+    retire_rollout_token_capture,
+    rollout_carries_token_ids,
+)
+from token_finalizer.errors import (
+    CaptureConflict,
+    CaptureCorrupt,
+    CaptureError,
+    CaptureFrozen,
+    CaptureRetired,
+    InvalidRolloutId,
+    SourceUnavailable,
+    TokenEntryError,
+)
+from token_finalizer.identity import check_store_id, rollout_id_of
+from token_finalizer.protocols import TokenSink, TokenSource
+from token_finalizer.records import Snapshot, TokenEntry
+from token_finalizer.sources import FileTokenStore, MemoryTokenStore, open_source
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MASK_SAMPLE_KEY",
+    "TOKEN_CAPTURE_KEY",
+    "CaptureConflict",
+    "CaptureCorrupt",
+    "CaptureError",
+    "CaptureFrozen",
+    "CaptureRetired",
+    "FileTokenStore",
+    "InvalidRolloutId",
+    "MemoryTokenStore",
+    "Snapshot",
+    "SourceUnavailable",
+    "TokenEntry",
+    "TokenEntryError",
+    "TokenSink",
+    "TokenSource",
+    "__version__",
+    "build_from_snapshot",
+    "capture_build_can_retire",
+    "check_store_id",
+    "finalize_record",
+    "finalize_rollout_token_capture",
+    "mask_reason",
+    "open_source",
+    "retire_rollout_token_capture",
+    "rollout_carries_token_ids",
+    "rollout_id_of",
+]

@@ -1,0 +1,235 @@
+"""The seed's delivery API: finalize a finished rollout record, and retire its capture later.
+
+`finalize_rollout_token_capture` freezes the rollout's capture through its
+TokenSource, rebuilds `response.output` from that frozen snapshot as one
+prefix-contiguous token chain, and masks the record when tokens are missing or
+ambiguous. It never retires and never raises. The caller retires with
+`retire_rollout_token_capture` only after the finished record was written
+durably (trainer acceptance or a local fsync); failed and masked builds are
+never retired, so their capture stays behind as evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import numpy as np
+
+from token_finalizer._constants import BUILD_IN_THREAD_MIN_TOKENS
+from token_finalizer.build import build_from_snapshot, snapshot_ref
+from token_finalizer.errors import InvalidRolloutId
+from token_finalizer.identity import rollout_id_of
+from token_finalizer.protocols import TokenSource
+from token_finalizer.records import Snapshot
+
+__all__ = [
+    "MASK_SAMPLE_KEY",
+    "TOKEN_CAPTURE_KEY",
+    "_REDUNDANT_CAPTURE_KEY",
+    "_unusable",
+    "capture_build_can_retire",
+    "finalize_record",
+    "finalize_rollout_token_capture",
+    "retire_rollout_token_capture",
+    "rollout_carries_token_ids",
+]
+
+MASK_SAMPLE_KEY = "mask_sample"
+TOKEN_CAPTURE_KEY = "_ng_token_capture"
+_REDUNDANT_CAPTURE_KEY = "_redundant_capture"
+
+logger = logging.getLogger(__name__)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _unusable(result: dict, error: str, message: str) -> dict:
+    """Mask a rollout that needed token ids and could not get them.
+
+    An unmasked rollout would look healthy until it reached the trainer, so the
+    record keeps the reason for aggregate reporting. There is no snapshot in
+    the answer: nothing was consumed, so nothing may be retired.
+    """
+    logger.warning("%s", message)
+    metrics: dict[str, Any] = {"n_calls": 0, "error": error}
+    if isinstance(result, dict):  # a non-object record has nowhere to carry the mark
+        result[MASK_SAMPLE_KEY] = True
+        result[TOKEN_CAPTURE_KEY] = metrics
+    return {"rebuilt_response": None, MASK_SAMPLE_KEY: True, "error": error, "metrics": metrics}
+
+
+def _has_items(value: object) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.size > 0
+    return isinstance(value, list | tuple) and len(value) > 0
+
+
+def rollout_carries_token_ids(result: dict) -> bool:
+    """Whether this rollout already holds what training needs.
+
+    Token ids already in the record are what the policy sampled; they win over
+    any reconstruction, and partial coverage must stay visible rather than be
+    overwritten.
+    """
+    if not isinstance(result, dict):
+        return False
+    response = result.get("response")
+    output = response.get("output") if isinstance(response, dict) else None
+    if not isinstance(output, list):
+        return False
+    return any(
+        isinstance(item, dict) and _has_items(item.get("generation_token_ids")) for item in output
+    )
+
+
+def capture_build_can_retire(built: dict | None) -> bool:
+    """Whether a successful build consumed a frozen snapshot."""
+    if not isinstance(built, dict) or built.get(MASK_SAMPLE_KEY):
+        return False
+    return built.get("rebuilt_response") is not None or bool(built.get(_REDUNDANT_CAPTURE_KEY))
+
+
+def _apply(result: dict, build: dict[str, Any]) -> None:
+    """Write a build into its record: only response.output and the capture keys change."""
+    rebuilt = build.get("rebuilt_response")
+    if rebuilt is not None:
+        response = result.get("response")
+        if isinstance(response, dict):
+            response["output"] = rebuilt["output"]
+        else:
+            result["response"] = rebuilt
+    capture = dict(build.get("metrics") or {})
+    if build.get("error"):
+        capture["error"] = build["error"]
+    result[TOKEN_CAPTURE_KEY] = capture
+    if build.get(MASK_SAMPLE_KEY):
+        result[MASK_SAMPLE_KEY] = True
+
+
+def _record_model(result: dict) -> str:
+    response = result.get("response")
+    model = response.get("model") if isinstance(response, dict) else None
+    return model if isinstance(model, str) else ""
+
+
+async def _build(result: dict, rollout_id: str, source: TokenSource) -> dict[str, Any]:
+    try:
+        snapshot: Snapshot = await source.freeze(rollout_id)
+    except Exception as exc:
+        logger.warning("freeze of rollout %s failed: %s", rollout_id, _describe(exc))
+        error = _describe(exc)
+        return {
+            "rollout_id": rollout_id,
+            "rebuilt_response": None,
+            MASK_SAMPLE_KEY: True,
+            "error": error,
+            "metrics": {"n_calls": 0},
+        }
+    model = _record_model(result)
+    tokens = sum(e.cumulative_length for e in snapshot.entries)
+    if tokens >= BUILD_IN_THREAD_MIN_TOKENS:
+        # Large builds run off the event loop so one long rollout cannot stall
+        # every other request of the process.
+        return await asyncio.to_thread(build_from_snapshot, snapshot, model=model)
+    return build_from_snapshot(snapshot, model=model)
+
+
+async def finalize_record(result: dict, source: TokenSource | None) -> dict | None:
+    """`finalize_rollout_token_capture`, leaving token fields as numpy arrays.
+
+    The service serializes these arrays directly (orjson), which avoids turning
+    millions of token ids into Python ints only to encode them again.
+    """
+    if source is None:
+        return None
+    try:
+        rollout_id = rollout_id_of(result)
+    except InvalidRolloutId as exc:
+        return _unusable(result, f"malformed rollout id: {exc}", f"malformed rollout id: {exc}")
+    try:
+        if rollout_carries_token_ids(result):
+            return await _redundant_capture(rollout_id, source)
+        if rollout_id is None:
+            return _unusable(
+                result, "no capture key", "rollout record names no rollout id; masking it"
+            )
+        build = await _build(result, rollout_id, source)
+        _apply(result, build)
+        return build
+    except Exception as exc:
+        logger.exception("finalize of rollout %s failed unexpectedly", rollout_id)
+        return _unusable(result, _describe(exc), f"finalize failed: {_describe(exc)}")
+
+
+async def _redundant_capture(rollout_id: str | None, source: TokenSource) -> dict | None:
+    """Freeze the capture of a record that already carries its own token ids.
+
+    The record stays as it is; the frozen capture is handed back only so that
+    it can be retired after handoff.
+    """
+    if rollout_id is None:
+        return None
+    try:
+        snapshot = await source.freeze(rollout_id)
+    except Exception as exc:
+        logger.warning("freeze of redundant capture %s failed: %s", rollout_id, _describe(exc))
+        return None
+    return {
+        "rebuilt_response": None,
+        MASK_SAMPLE_KEY: False,
+        _REDUNDANT_CAPTURE_KEY: True,
+        "_capture_snapshot": snapshot_ref(snapshot),
+    }
+
+
+def _to_lists(items: list[Any]) -> None:
+    for item in items:
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if isinstance(value, np.ndarray):
+                    item[key] = value.tolist()
+
+
+async def finalize_rollout_token_capture(result: dict, source: TokenSource | None) -> dict | None:
+    """Rebuild one finished rollout record's `response.output` from its recorded token ids.
+
+    Mutates `result` in place, replacing only `response.output` (or setting
+    `response` when the record had none) and adding `_ng_token_capture` and,
+    when masked, `mask_sample`. Returns the build, or None when `source` is
+    None. Never raises; never retires.
+    """
+    build = await finalize_record(result, source)
+    rebuilt = build.get("rebuilt_response") if build else None
+    if rebuilt is not None:
+        # The record and the build share these item dicts: one pass converts both.
+        _to_lists(rebuilt["output"])
+    return build
+
+
+async def retire_rollout_token_capture(
+    rollout_id: str, source: TokenSource | None, built: dict | None
+) -> bool:
+    """Retire a frozen snapshot after durable handoff.
+
+    Call only after downstream acceptance or a local fsync. Drops exactly the
+    snapshot named in the build; masked or failed builds are never retired.
+    """
+    if source is None or not capture_build_can_retire(built):
+        return False
+    ref = built.get("_capture_snapshot") if built else None
+    if not isinstance(ref, dict):
+        logger.warning("build of rollout %s names no capture snapshot; not retiring", rollout_id)
+        return False
+    try:
+        return bool(
+            await source.drop(
+                rollout_id, snapshot_id=str(ref["snapshot_id"]), version=int(ref["version"])
+            )
+        )
+    except Exception as exc:
+        logger.warning("retire of rollout %s failed: %s", rollout_id, _describe(exc))
+        return False

@@ -1,0 +1,59 @@
+"""Exceptions raised by the core and the capture stores.
+
+    CaptureError                    base of everything below
+    ├── InvalidRolloutId            an id that is not a safe store key, or a malformed record id
+    ├── TokenEntryError             a TokenEntry that fails validation (or a newer schema_version)
+    ├── CaptureConflict             a different payload under an existing model_call_id
+    ├── CaptureFrozen               a write after the rollout was frozen
+    ├── CaptureRetired              a freeze or write after the snapshot was retired
+    ├── CaptureCorrupt              a store whose files cannot be trusted any more
+    └── SourceUnavailable           a remote store that cannot be reached or answers nonsense
+
+The finalize path never lets these escape: they become masked records whose
+`error` is ``"<ExceptionType>: <message>"``. Writers see them raised.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CaptureConflict",
+    "CaptureCorrupt",
+    "CaptureError",
+    "CaptureFrozen",
+    "CaptureRetired",
+    "InvalidRolloutId",
+    "SourceUnavailable",
+    "TokenEntryError",
+]
+
+
+class CaptureError(Exception):
+    """Base class of every capture-store and core error."""
+
+
+class InvalidRolloutId(CaptureError, ValueError):
+    """A rollout or model call id that cannot be used as a store key."""
+
+
+class TokenEntryError(CaptureError, ValueError):
+    """A TokenEntry that does not satisfy the record contract."""
+
+
+class CaptureConflict(CaptureError):
+    """A put whose payload differs from the one already stored for that call."""
+
+
+class CaptureFrozen(CaptureError):
+    """A write to a rollout whose capture is already frozen."""
+
+
+class CaptureRetired(CaptureError):
+    """A freeze or write for a rollout whose snapshot was already retired."""
+
+
+class CaptureCorrupt(CaptureError):
+    """Store files that were damaged by something other than a torn final write."""
+
+
+class SourceUnavailable(CaptureError):
+    """A remote capture store that is unreachable or answered something unusable."""

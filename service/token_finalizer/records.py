@@ -1,0 +1,241 @@
+"""TokenEntry (one model call's training data) and the frozen Snapshot.
+
+Token arrays are held as numpy arrays from the moment they are parsed: a long
+agent rollout repeats its whole context in every prompt, and Python int lists
+would cost about nine times the memory and make every prefix comparison a
+Python loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from token_finalizer._constants import TOKEN_ENTRY_SCHEMA_VERSION
+from token_finalizer.errors import TokenEntryError
+from token_finalizer.identity import check_store_id
+
+__all__ = [
+    "TOKEN_FIELDS",
+    "Snapshot",
+    "TokenEntry",
+    "dumps_entry_line",
+    "loads_json",
+]
+
+TOKEN_FIELDS = (
+    "prompt_token_ids",
+    "generation_token_ids",
+    "generation_log_probs",
+    "routed_experts",
+)
+
+_KNOWN_FIELDS = frozenset(
+    {
+        "schema_version",
+        "rollout_id",
+        "model_call_id",
+        "model",
+        "prompt_token_ids",
+        "generation_token_ids",
+        "generation_log_probs",
+        "routed_experts",
+        "output_items",
+        "token_item_index",
+        "created_at",
+    }
+)
+_INT32 = np.iinfo(np.int32)
+_EMPTY_IDS = np.empty(0, dtype=np.int32)
+_EMPTY_LOGPROBS = np.empty(0, dtype=np.float64)
+
+
+def loads_json(data: bytes | str) -> Any:
+    """Parse JSON with orjson, falling back to the stdlib for NaN/Infinity.
+
+    Capture lines written by Python's json module may carry `-Infinity` log
+    probabilities, which orjson rejects.
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        import json
+
+        return json.loads(data)
+
+
+def _token_ids(name: str, value: object) -> np.ndarray:
+    if not isinstance(value, list):
+        raise TokenEntryError(f"{name} must be a list of integers, got {type(value).__name__}")
+    if not value:
+        return _EMPTY_IDS
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise TokenEntryError(f"{name} must be a list of integers: {exc}") from None
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise TokenEntryError(f"{name} must be a flat list of integers")
+    low, high = int(array.min()), int(array.max())
+    if low < 0:
+        raise TokenEntryError(f"{name} holds a negative token id ({low})")
+    # int32 halves the memory of int64; vocabularies never reach 2**31.
+    return array.astype(np.int32) if high <= _INT32.max else array.astype(np.int64)
+
+
+def _log_probs(value: object) -> np.ndarray:
+    if not isinstance(value, list):
+        raise TokenEntryError(
+            f"generation_log_probs must be a list of numbers, got {type(value).__name__}"
+        )
+    if not value:
+        return _EMPTY_LOGPROBS
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise TokenEntryError(f"generation_log_probs must be a list of numbers: {exc}") from None
+    if array.ndim != 1 or array.dtype.kind not in "iuf":
+        raise TokenEntryError("generation_log_probs must be a flat list of numbers")
+    return array.astype(np.float64, copy=False)
+
+
+@dataclass(slots=True, eq=False)
+class TokenEntry:
+    """One model call of one rollout, as captured by the model server."""
+
+    rollout_id: str
+    model_call_id: str
+    prompt_token_ids: np.ndarray
+    generation_token_ids: np.ndarray
+    generation_log_probs: np.ndarray
+    schema_version: int = TOKEN_ENTRY_SCHEMA_VERSION
+    model: str = ""
+    routed_experts: Any = None
+    output_items: list[dict[str, Any]] = field(default_factory=list)
+    token_item_index: int | None = None
+    created_at: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenEntry:
+        """Validate a parsed TokenEntry; raise TokenEntryError naming the bad field."""
+        if not isinstance(data, Mapping):
+            raise TokenEntryError(f"a TokenEntry must be a JSON object, got {type(data).__name__}")
+        schema = data.get("schema_version", TOKEN_ENTRY_SCHEMA_VERSION)
+        if isinstance(schema, bool) or not isinstance(schema, int):
+            raise TokenEntryError(f"schema_version must be an integer, got {schema!r}")
+        if schema > TOKEN_ENTRY_SCHEMA_VERSION:
+            raise TokenEntryError(
+                f"schema_version {schema} is newer than {TOKEN_ENTRY_SCHEMA_VERSION}, "
+                "the newest this reader understands"
+            )
+        for key in ("rollout_id", "model_call_id"):
+            if key not in data:
+                raise TokenEntryError(f"{key} is missing")
+        rollout_id = check_store_id(data["rollout_id"], what="rollout_id")
+        model_call_id = check_store_id(data["model_call_id"], what="model_call_id")
+        model = data.get("model", "")
+        if model is None:
+            model = ""
+        if not isinstance(model, str):
+            raise TokenEntryError(f"model must be a string, got {type(model).__name__}")
+        prompt = _token_ids("prompt_token_ids", data.get("prompt_token_ids", []))
+        generation = _token_ids("generation_token_ids", data.get("generation_token_ids", []))
+        log_probs = _log_probs(data.get("generation_log_probs", []))
+        if len(log_probs) != len(generation):
+            raise TokenEntryError(
+                f"generation_log_probs has {len(log_probs)} values for "
+                f"{len(generation)} generated tokens"
+            )
+        items = data.get("output_items") or []
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise TokenEntryError("output_items must be a list of objects")
+        index = data.get("token_item_index")
+        if index is not None and (
+            isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(items)
+        ):
+            raise TokenEntryError(
+                f"token_item_index {index!r} is not an index into {len(items)} output_items"
+            )
+        created_at = data.get("created_at", 0.0)
+        if created_at is None:
+            created_at = 0.0
+        if isinstance(created_at, bool) or not isinstance(created_at, int | float):
+            raise TokenEntryError(f"created_at must be a number, got {created_at!r}")
+        if not math.isfinite(created_at):
+            raise TokenEntryError("created_at must be finite")
+        return cls(
+            rollout_id=rollout_id,
+            model_call_id=model_call_id,
+            prompt_token_ids=prompt,
+            generation_token_ids=generation,
+            generation_log_probs=log_probs,
+            schema_version=schema,
+            model=model,
+            routed_experts=data.get("routed_experts"),
+            output_items=items,
+            token_item_index=index,
+            created_at=float(created_at),
+            extra={k: v for k, v in data.items() if k not in _KNOWN_FIELDS},
+        )
+
+    @classmethod
+    def from_json(cls, line: bytes | str) -> TokenEntry:
+        """Parse and validate one JSON-encoded TokenEntry."""
+        try:
+            data = loads_json(line)
+        except ValueError as exc:
+            raise TokenEntryError(f"not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (lists, not arrays), extra fields included."""
+        data: dict[str, Any] = dict(self.extra)
+        data.update(
+            schema_version=self.schema_version,
+            rollout_id=self.rollout_id,
+            model_call_id=self.model_call_id,
+            model=self.model,
+            prompt_token_ids=self.prompt_token_ids.tolist(),
+            generation_token_ids=self.generation_token_ids.tolist(),
+            generation_log_probs=self.generation_log_probs.tolist(),
+            output_items=self.output_items,
+            token_item_index=self.token_item_index,
+            created_at=self.created_at,
+        )
+        if self.routed_experts is not None:
+            data["routed_experts"] = self.routed_experts
+        return data
+
+    @property
+    def cumulative_length(self) -> int:
+        return len(self.prompt_token_ids) + len(self.generation_token_ids)
+
+
+def dumps_entry_line(data: Mapping[str, Any]) -> bytes:
+    """Compact, sorted-key JSON of one entry (no newline), as the file store writes it.
+
+    Non-finite log probabilities go through the stdlib, which writes
+    `-Infinity`; orjson would silently turn them into null.
+    """
+    log_probs = data.get("generation_log_probs")
+    if isinstance(log_probs, list) and not all(map(math.isfinite, log_probs)):
+        import json
+
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """An immutable view of one rollout's capture at freeze time."""
+
+    rollout_id: str
+    entries: tuple[TokenEntry, ...]
+    incomplete: bool
+    snapshot_id: str
+    version: int

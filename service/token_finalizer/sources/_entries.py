@@ -1,0 +1,29 @@
+"""Turning what a writer hands to `put` into one validated, canonical line."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from token_finalizer.errors import TokenEntryError
+from token_finalizer.records import TokenEntry, dumps_entry_line
+
+__all__ = ["entry_payload"]
+
+
+def entry_payload(entry: object) -> tuple[TokenEntry, dict[str, Any], bytes]:
+    """Validate `entry` (a TokenEntry, a mapping, or a pydantic model) before any I/O.
+
+    Returns the parsed entry, the payload as plain JSON types, and the compact
+    sorted-key line the file store writes.
+    """
+    if isinstance(entry, TokenEntry):
+        payload = entry.to_dict()
+    elif isinstance(entry, Mapping):
+        payload = dict(entry)
+    elif callable(getattr(entry, "model_dump", None)):
+        payload = entry.model_dump()  # type: ignore[attr-defined]
+    else:
+        raise TokenEntryError(f"a TokenEntry must be a mapping, got {type(entry).__name__}")
+    parsed = TokenEntry.from_dict(payload)
+    return parsed, payload, dumps_entry_line(payload)
