@@ -1,0 +1,117 @@
+"""Errors raised by the client package.
+
+    FinalizerError
+    ├── APIConnectionError          the request did not get an HTTP answer
+    │   └── APITimeoutError         ... because it timed out
+    └── APIStatusError              an HTTP answer with an error status (status_code, message, body)
+        ├── BadRequestError         400, 422: the request itself is wrong
+        ├── AuthenticationError     401, 403: missing or wrong bearer token
+        ├── NotFoundError           404: unknown source (or path)
+        ├── ConflictError           409: a capture store refused a write (conflict, frozen, retired)
+        │   └── MaskFractionExceeded   409 from /finalize: the run masks too much (finalized, masked, reasons)
+        ├── PayloadTooLargeError    413: the body is over the server's limit
+        └── ServerError             5xx
+
+`error_for_status` is the one place that maps an HTTP answer to a class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConflictError",
+    "FinalizerError",
+    "MaskFractionExceeded",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "ServerError",
+    "error_for_status",
+]
+
+
+class FinalizerError(Exception):
+    """Base class of every error this package raises."""
+
+
+class APIConnectionError(FinalizerError):
+    """No HTTP answer: refused, reset, DNS, TLS, or a broken stream."""
+
+
+class APITimeoutError(APIConnectionError):
+    """No HTTP answer in time."""
+
+
+class APIStatusError(FinalizerError):
+    """An HTTP answer with an error status; `message` is the server's `error` text."""
+
+    def __init__(self, status_code: int, message: str, body: Any = None) -> None:
+        super().__init__(f"HTTP {status_code}: {message}")
+        self.status_code = status_code
+        self.message = message
+        self.body = body
+
+
+class BadRequestError(APIStatusError):
+    """400 or 422: the request was refused as malformed."""
+
+
+class AuthenticationError(APIStatusError):
+    """401 or 403: the bearer token is missing or wrong."""
+
+
+class NotFoundError(APIStatusError):
+    """404: an unknown source name or path."""
+
+
+class ConflictError(APIStatusError):
+    """409: the server refused because of the state it holds."""
+
+
+class MaskFractionExceeded(ConflictError):
+    """409 from /finalize: this run's masked fraction crossed the configured guard."""
+
+    def __init__(self, status_code: int, message: str, body: Any = None) -> None:
+        super().__init__(status_code, message, body)
+        details = body if isinstance(body, dict) else {}
+        self.finalized: int = int(details.get("finalized", 0))
+        self.masked: int = int(details.get("masked", 0))
+        self.reasons: dict[str, int] = dict(details.get("reasons") or {})
+
+
+class PayloadTooLargeError(APIStatusError):
+    """413: the body is larger than the server accepts."""
+
+
+class ServerError(APIStatusError):
+    """5xx: the server failed."""
+
+
+_BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: AuthenticationError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    422: BadRequestError,
+}
+
+
+def error_for_status(status_code: int, body: Any) -> APIStatusError:
+    """The exception for an error answer; `body` is its parsed JSON (or text)."""
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        message = body["error"]
+    else:
+        message = str(body) if body not in (None, "") else f"HTTP status {status_code}"
+    if status_code == 409 and isinstance(body, dict) and "masked" in body:
+        return MaskFractionExceeded(status_code, message, body)
+    cls = _BY_STATUS.get(status_code)
+    if cls is None:
+        cls = ServerError if status_code >= 500 else APIStatusError
+    return cls(status_code, message, body)

@@ -1,0 +1,208 @@
+"""The service configuration: one YAML file, validated into one Settings object.
+
+The path comes from `--config` or `TOKEN_FINALIZER_CONFIG`; `${VAR}` inside any
+string value is read from the environment. With no file the defaults run: one
+`file` source named `local` in `./capture`. An invalid file fails at start-up
+with a message naming the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from token_finalizer._constants import (
+    DEFAULT_CAPTURE_DIR,
+    DEFAULT_HTTP_TIMEOUT_S,
+    DEFAULT_MASK_FRACTION_MIN_SAMPLES,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_SOURCE_NAME,
+)
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "AuthSettings",
+    "ConfigError",
+    "LimitsSettings",
+    "Settings",
+    "SourceSettings",
+    "TokenIdCaptureSettings",
+    "load_settings",
+    "settings_from_mapping",
+]
+
+CONFIG_ENV_VAR = "TOKEN_FINALIZER_CONFIG"
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TokenIdCaptureSettings(_Strict):
+    enabled: bool = True
+    all_agents: bool = True
+    agents: tuple[str, ...] = ()
+    max_mask_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    mask_fraction_min_samples: int = Field(default=DEFAULT_MASK_FRACTION_MIN_SAMPLES, ge=1)
+
+    def takes_part(self, record: Mapping[str, Any]) -> bool:
+        """Whether this record's agent (agent_ref.name) is finalized at all."""
+        if not self.enabled:
+            return False
+        if self.all_agents:
+            return True
+        agent = record.get("agent_ref")
+        name = agent.get("name") if isinstance(agent, Mapping) else None
+        return isinstance(name, str) and name in self.agents
+
+
+class SourceSettings(_Strict):
+    kind: Literal["file", "http", "memory"]
+    dir: str | None = None
+    url: str | None = None
+    token: str | None = None
+    timeout_s: float = Field(default=DEFAULT_HTTP_TIMEOUT_S, gt=0)
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> SourceSettings:
+        if self.kind == "file" and not self.dir:
+            raise ValueError("a file source needs `dir`")
+        if self.kind == "http" and not self.url:
+            raise ValueError("an http source needs `url`")
+        if self.kind == "http" and not self.url.startswith(("http://", "https://")):  # type: ignore[union-attr]
+            raise ValueError(f"url {self.url!r} must start with http:// or https://")
+        if self.token == "":
+            raise ValueError("`token` is empty; leave it out for no token")
+        return self
+
+    def open_options(self) -> dict[str, Any]:
+        """Keyword arguments of `sources.open_source` for this kind."""
+        if self.kind == "file":
+            return {"dir": self.dir}
+        if self.kind == "http":
+            return {"url": self.url, "token": self.token, "timeout_s": self.timeout_s}
+        return {}
+
+
+class AuthSettings(_Strict):
+    bearer_tokens: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _no_empty_tokens(self) -> AuthSettings:
+        if any(not token for token in self.bearer_tokens):
+            raise ValueError(
+                "an empty bearer token would mean 'no auth' by accident; "
+                "remove auth.bearer_tokens to run without auth"
+            )
+        return self
+
+
+class LimitsSettings(_Strict):
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+
+
+def _default_sources() -> dict[str, SourceSettings]:
+    return {DEFAULT_SOURCE_NAME: SourceSettings(kind="file", dir=DEFAULT_CAPTURE_DIR)}
+
+
+class Settings(_Strict):
+    """Everything the service reads from its configuration."""
+
+    token_id_capture: TokenIdCaptureSettings = TokenIdCaptureSettings()
+    default_source: str = DEFAULT_SOURCE_NAME
+    sources: dict[str, SourceSettings] = Field(default_factory=_default_sources)
+    auth: AuthSettings = AuthSettings()
+    limits: LimitsSettings = LimitsSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_default(cls, data: Any) -> Any:
+        # In YAML `sources.default` names the default beside the sources themselves.
+        if isinstance(data, dict) and isinstance(data.get("sources"), dict):
+            data = dict(data)
+            sources = dict(data["sources"])
+            if "default" in sources:
+                data["default_source"] = sources.pop("default")
+            elif len(sources) == 1:
+                data.setdefault("default_source", next(iter(sources)))
+            data["sources"] = sources
+        return data
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> Settings:
+        if not self.sources:
+            raise ValueError("sources: at least one source must be configured")
+        if self.default_source not in self.sources:
+            raise ValueError(
+                f"sources.default names {self.default_source!r}, which is not configured "
+                f"(configured: {', '.join(sorted(self.sources))})"
+            )
+        return self
+
+
+def _interpolate(value: Any, env: Mapping[str, str], where: str) -> Any:
+    if isinstance(value, str):
+
+        def lookup(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in env:
+                raise ConfigError(f"{where}: environment variable {name} is not set")
+            return env[name]
+
+        return _VARIABLE.sub(lookup, value)
+    if isinstance(value, dict):
+        return {k: _interpolate(v, env, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        location = location.replace("default_source", "sources.default")
+        problems.append(f"{location}: {item['msg']}")
+    return "invalid configuration: " + "; ".join(problems)
+
+
+def settings_from_mapping(data: Any, env: Mapping[str, str] | None = None) -> Settings:
+    """Validate an already-parsed configuration (interpolating `${VAR}`)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("invalid configuration: the top level must be a mapping")
+    data = _interpolate(data, os.environ if env is None else env, "")
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Load the configuration file (`path`, else $TOKEN_FINALIZER_CONFIG, else defaults)."""
+    env = os.environ if env is None else env
+    if path is None:
+        path = env.get(CONFIG_ENV_VAR) or None
+    if path is None:
+        return Settings()
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"configuration {path} is not valid YAML: {exc}") from None
+    return settings_from_mapping(data, env)
