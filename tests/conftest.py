@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from token_finalizer import FileTokenStore, MemoryTokenStore
 from tests.support.captures import make_entry  # noqa: F401 - re-exported for tests
+from token_finalizer import FileTokenStore, MemoryTokenStore
 
 
 @pytest.fixture

@@ -41,11 +41,60 @@ ZSTD_LEVEL = 3
 # Below this size compression costs more than it saves on loopback and LANs.
 ZSTD_MIN_BYTES = 1024
 
-# Modulus and base of the polynomial prefix hash the builder uses to find parent
-# candidates. Any hit is verified token by token, so a collision only costs time.
-PREFIX_HASH_MODULUS = 2_147_483_647  # 2**31 - 1, so products fit in int64
-PREFIX_HASH_BASE = 1_000_003
-
 # Builds of snapshots with at least this many tokens run in a worker thread so
 # the event loop keeps serving other requests meanwhile.
 BUILD_IN_THREAD_MIN_TOKENS = 200_000
+
+# ---------------------------------------------------------------------------
+# Finalizer HTTP service (token_finalizer.api)
+# ---------------------------------------------------------------------------
+
+# Header naming the run a finalize call belongs to (the mask-fraction guard's key).
+RUN_ID_HEADER = "X-Run-Id"
+# Runs the mask-fraction guard remembers; the least recently seen is forgotten
+# first, so a service fed endless distinct run ids keeps bounded memory.
+GUARD_MAX_RUNS = 10_000
+# /ready gives each source this long to answer its ping before calling it down.
+READY_PING_TIMEOUT_S = 2.0
+# Bodies of at least this size are parsed, and their answers encoded, in a
+# worker thread so one large rollout does not stall every other request.
+PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# Answers carrying at least this many token ids are encoded in a worker thread.
+ENCODE_IN_THREAD_MIN_TOKENS = 200_000
+# Latency histogram buckets (seconds): small rollouts take milliseconds, the
+# 5M-token rollout about a second.
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Seconds uvicorn waits for in-flight requests after SIGTERM before cancelling them.
+GRACEFUL_SHUTDOWN_S = 30.0
+
+# ---------------------------------------------------------------------------
+# Remote capture stores: the http source and the store server (protocol v1)
+# ---------------------------------------------------------------------------
+
+# A connect that takes longer than this means the store host is gone; reads of
+# a large snapshot still get the source's whole `timeout_s` between bytes.
+HTTP_CONNECT_TIMEOUT_S = 5.0
+# Freeze answers of at least this size are parsed in a worker thread: the
+# 5M-token snapshot takes about half a second to parse.
+HTTP_PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# Largest request body the store server reads (one TokenEntry per PUT; a
+# 100k-token prompt is under 1 MB of JSON).
+STORE_MAX_BODY_BYTES = 64 * 1024 * 1024
+# Snapshots with at least this many tokens are encoded in a worker thread by
+# the store server, so other writers are not stalled meanwhile.
+STORE_ENCODE_IN_THREAD_MIN_TOKENS = 200_000
+
+# glibc mmap threshold pinned by long-running commands (see _memory.py): blocks
+# at least this large are mmapped and go back to the OS as soon as they are freed.
+MALLOC_MMAP_THRESHOLD_BYTES = 128 * 1024
+
+# ---------------------------------------------------------------------------
+# Offline batch commands (token-finalizer finalize / retire)
+# ---------------------------------------------------------------------------
+
+# Records finalized at once by default (HTTP requests, or in-process builds).
+BATCH_DEFAULT_CONCURRENCY = 8
+# Read when --token is not given, so a token need not appear in `ps` output.
+BATCH_TOKEN_ENV_VAR = "TOKEN_FINALIZER_TOKEN"
+# A terminal progress line is redrawn at most this often.
+BATCH_PROGRESS_INTERVAL_S = 0.2

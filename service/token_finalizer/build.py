@@ -45,9 +45,7 @@ def build_from_snapshot(snapshot: Snapshot, *, model: str = "") -> dict[str, Any
         return _failed(snapshot, EMPTY_CAPTURE_ERROR)
     try:
         forest = build_forest(snapshot.entries)
-        response = project_response(
-            forest.main_chain, rollout_id=snapshot.rollout_id, model=model
-        )
+        response = project_response(forest.main_chain, rollout_id=snapshot.rollout_id, model=model)
     except BuildFailed as exc:
         return _failed(snapshot, str(exc))
     n_calls = len(snapshot.entries)

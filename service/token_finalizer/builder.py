@@ -1,11 +1,11 @@
 """Prefix merging: arrange a snapshot's model calls into token chains.
 
 A call's parent is the earlier call whose cumulative sequence (prompt followed
-by generation) is the longest prefix of this call's prompt. Candidates are found
-through a polynomial prefix hash computed with numpy, one vectorised pass per
-prompt, and every hash hit is verified token by token before it counts. The
-result is exact, independent of entry order, and never recursive: agent
-rollouts can be thousands of calls deep.
+by generation) is the longest prefix of this call's prompt. Candidates are
+looked up by (length, last token) and verified with numpy comparisons, so a
+chain of calls costs one memcmp-speed pass over its prompts instead of a Python
+step per token. The result is exact, independent of entry order, and never
+recursive: agent rollouts can be thousands of calls deep.
 """
 
 from __future__ import annotations
@@ -16,12 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from token_finalizer._constants import PREFIX_HASH_BASE, PREFIX_HASH_MODULUS
 from token_finalizer.records import TokenEntry
 
 __all__ = ["BuildFailed", "CallForest", "build_forest"]
-
-_P = PREFIX_HASH_MODULUS
 
 
 class BuildFailed(Exception):
@@ -52,65 +49,45 @@ class CallForest:
     generated_tokens_delivered: int
 
 
-def _weights(length: int) -> np.ndarray:
-    """`BASE**j mod P` for j < length, built by doubling so it stays vectorised."""
-    weights = np.ones(max(length, 1), dtype=np.int64)
-    filled = 1
-    while filled < length:
-        step = min(filled, length - filled)
-        factor = pow(PREFIX_HASH_BASE, filled, _P)
-        weights[filled : filled + step] = weights[:step] * factor % _P
-        filled += step
-    return weights
-
-
-def _weighted(tokens: np.ndarray, weights: np.ndarray, offset: int) -> np.ndarray:
-    terms = tokens.astype(np.int64) % _P
-    terms *= weights[offset : offset + len(tokens)]
-    terms %= _P
-    return terms
-
-
-def _prefix_hashes(tokens: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Hash of every prefix: element i covers tokens[: i + 1]."""
-    # Each term is below 2**31, so the running sum cannot overflow int64 for any
-    # prompt shorter than 2**32 tokens; reduce once at the end.
-    sums = np.cumsum(_weighted(tokens, weights, 0))
-    sums %= _P
-    return sums
-
-
 def _extends(prompt: np.ndarray, parent: TokenEntry, length: int) -> bool:
-    """Whether `parent`'s cumulative sequence equals prompt[:length]."""
+    """Whether `parent`'s cumulative sequence equals prompt[:length].
+
+    The generation is compared first: it is short, and it is where unrelated
+    candidates differ, so a miss rarely pays for the long prompt comparison.
+    """
     split = len(parent.prompt_token_ids)
     return bool(
-        np.array_equal(prompt[:split], parent.prompt_token_ids)
-        and np.array_equal(prompt[split:length], parent.generation_token_ids)
+        np.array_equal(prompt[split:length], parent.generation_token_ids)
+        and np.array_equal(prompt[:split], parent.prompt_token_ids)
     )
 
 
-def _link_parents(calls: list[_Call], weights: np.ndarray) -> list[np.ndarray]:
-    """Set parent/ambiguous/children on every call; return each prompt's prefix hashes."""
-    by_key: dict[tuple[int, int], list[int]] = defaultdict(list)
-    prompt_hashes: list[np.ndarray] = []
+def _last_token(tokens: np.ndarray) -> int:
+    return int(tokens[-1]) if len(tokens) else -1
+
+
+def _link_parents(calls: list[_Call]) -> None:
+    """Set parent, ambiguous and children on every call.
+
+    Candidates are indexed by (cumulative length, last token): for a prompt,
+    each shorter length costs one dictionary probe, and only candidates whose
+    last token matches are compared in full. The first length (longest first)
+    with a verified candidate yields the parent(s). Every call that can be a
+    parent sorts before its children, so the index can be built up front.
+    """
+    by_end: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for call in calls:
+        entry = call.entry
+        by_end[(entry.cumulative_length, int(entry.generation_token_ids[-1]))].append(call.index)
+    lengths = np.array(sorted({length for length, _ in by_end}), dtype=np.int64)
+
     for call in calls:
         prompt = call.entry.prompt_token_ids
-        hashes = _prefix_hashes(prompt, weights)
-        prompt_hashes.append(hashes)
-        head = int(hashes[-1]) if len(prompt) else 0
-        tail = _weighted(call.entry.generation_token_ids, weights, len(prompt))
-        key = (call.entry.cumulative_length, (head + int(tail.sum())) % _P)
-        by_key[key].append(call.index)
-    lengths = np.array(sorted({length for length, _ in by_key}), dtype=np.int64)
-
-    for call, hashes in zip(calls, prompt_hashes, strict=True):
-        prompt = call.entry.prompt_token_ids
-        usable = lengths[: np.searchsorted(lengths, len(prompt), side="right")]
-        usable = usable[usable > 0][::-1]
+        usable = lengths[: np.searchsorted(lengths, len(prompt), side="right")][::-1]
         if not len(usable):
             continue
-        for length, digest in zip(usable.tolist(), hashes[usable - 1].tolist(), strict=True):
-            candidates = by_key.get((length, digest))
+        for length, token in zip(usable.tolist(), prompt[usable - 1].tolist(), strict=True):
+            candidates = by_end.get((length, token))
             if not candidates:
                 continue
             parents = [i for i in candidates if _extends(prompt, calls[i].entry, length)]
@@ -119,21 +96,19 @@ def _link_parents(calls: list[_Call], weights: np.ndarray) -> list[np.ndarray]:
                 call.ambiguous = len(parents) > 1
                 calls[parents[0]].children.append(call.index)
                 break
-    return prompt_hashes
 
 
-def _resolve_retries(calls: list[_Call], prompt_hashes: list[np.ndarray]) -> list[int]:
+def _resolve_retries(calls: list[_Call]) -> list[int]:
     """Quarantine redundant retries bottom-up; return the unresolved ones' indices."""
     groups: dict[tuple[int | None, int, int], list[list[int]]] = defaultdict(list)
-    for call, hashes in zip(calls, prompt_hashes, strict=True):
+    for call in calls:
         prompt = call.entry.prompt_token_ids
-        key = (call.parent, len(prompt), int(hashes[-1]) if len(prompt) else 0)
-        for group in groups[key]:
+        for group in groups[(call.parent, len(prompt), _last_token(prompt))]:
             if np.array_equal(calls[group[0]].entry.prompt_token_ids, prompt):
                 group.append(call.index)
                 break
         else:
-            groups[key].append([call.index])
+            groups[(call.parent, len(prompt), _last_token(prompt))].append([call.index])
 
     retry_groups = [g for bucket in groups.values() for g in bucket if len(g) > 1]
     # Children sort after their parents, so handling groups from the last first
@@ -189,13 +164,11 @@ def build_forest(entries: Iterable[TokenEntry]) -> CallForest:
         raise BuildFailed("capture contains only empty generations")
     generating.sort(key=lambda e: (len(e.prompt_token_ids), e.model_call_id))
     calls = [_Call(entry=entry, index=i) for i, entry in enumerate(generating)]
-    weights = _weights(max(e.cumulative_length for e in generating))
-
-    prompt_hashes = _link_parents(calls, weights)
+    _link_parents(calls)
     for call in calls:  # parents precede children, so one forward pass covers subtrees
         parent_quarantined = call.parent is not None and calls[call.parent].quarantined
         call.quarantined = call.ambiguous or parent_quarantined
-    unresolved = _resolve_retries(calls, prompt_hashes)
+    unresolved = _resolve_retries(calls)
 
     roots = [call.index for call in calls if call.parent is None]
     chains = _chains(calls, roots)
@@ -203,7 +176,8 @@ def build_forest(entries: Iterable[TokenEntry]) -> CallForest:
         raise BuildFailed("no token chain: every root-to-leaf path holds a quarantined call")
     # min() keeps the first of equal keys: branches of one root tie-break depth first.
     _, leaf = min(
-        chains, key=lambda chain: (calls[chain[0]].entry.created_at, calls[chain[0]].entry.model_call_id)
+        chains,
+        key=lambda chain: (calls[chain[0]].entry.created_at, calls[chain[0]].entry.model_call_id),
     )
     main_chain = tuple(calls[i].entry for i in _path_to(calls, leaf))
     return CallForest(

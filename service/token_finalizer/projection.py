@@ -36,9 +36,7 @@ def _extends(prompt: np.ndarray, seen: tuple[np.ndarray, np.ndarray]) -> bool:
     )
 
 
-def project_response(
-    chain: Sequence[TokenEntry], *, rollout_id: str, model: str
-) -> dict[str, Any]:
+def project_response(chain: Sequence[TokenEntry], *, rollout_id: str, model: str) -> dict[str, Any]:
     """Build the rebuilt response of the main chain.
 
     Token fields hold numpy arrays that share memory with the snapshot: the

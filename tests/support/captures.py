@@ -27,7 +27,9 @@ def make_entry(
     if log_probs is None:
         log_probs = [-0.5 - i / 1000 for i in range(len(generation))]
     if output_items is None:
-        output_items = [{"type": "message", "role": "assistant", "content": f"call {model_call_id}"}]
+        output_items = [
+            {"type": "message", "role": "assistant", "content": f"call {model_call_id}"}
+        ]
         token_item_index = 0 if token_item_index is None else token_item_index
     return {
         "schema_version": 1,
@@ -75,7 +77,7 @@ def agent_rollout(
                 generation,
                 log_probs=log_probs,
                 output_items=[
-                    {"type": "function_call", "name": "bash", "arguments": f"{{\"turn\": {turn}}}"}
+                    {"type": "function_call", "name": "bash", "arguments": f'{{"turn": {turn}}}'}
                 ],
                 token_item_index=0,
                 created_at=1_700_000_000.0 + turn,
@@ -99,3 +101,23 @@ def record_for(rollout_id: str, **fields: Any) -> dict[str, Any]:
         },
         **fields,
     }
+
+
+def snapshot_of(entries: list[dict[str, Any]], *, incomplete: bool = False) -> Any:
+    """A frozen Snapshot of entry payloads, as a source would hand it over."""
+    from token_finalizer import Snapshot, TokenEntry
+
+    parsed = tuple(TokenEntry.from_dict(e) for e in entries)
+    rollout_id = parsed[0].rollout_id if parsed else "r"
+    return Snapshot(rollout_id, parsed, incomplete, "snap-1", 7)
+
+
+def assert_prefix_contiguous(output: list[dict[str, Any]]) -> None:
+    """Every token-bearing item's prompt extends all tokens seen before it."""
+    seen: list[int] = []
+    bearing = [item for item in output if "generation_token_ids" in item]
+    assert bearing, "no token-bearing item"
+    for item in bearing:
+        prompt = list(item["prompt_token_ids"])
+        assert prompt[: len(seen)] == seen, "prompt does not extend the tokens before it"
+        seen = prompt + list(item["generation_token_ids"])

@@ -29,7 +29,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_health(url: str, *, timeout: float = 20.0, process: subprocess.Popen | None = None) -> None:
+def wait_for_health(
+    url: str, *, timeout: float = 20.0, process: subprocess.Popen | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -49,7 +51,9 @@ def running_app(app: Any, *, health_path: str = "/health", **config: Any) -> Ite
     """Serve `app` with uvicorn on 127.0.0.1; yield its base URL."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **config)
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **config
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

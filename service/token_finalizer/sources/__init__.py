@@ -1,8 +1,8 @@
 """Capture stores behind the TokenSource protocol, one module per kind.
 
-    memory   in-process, for tests and embedding
-    file     a local directory (the embedded default; NeMo Gym compatible on disk)
-    http     a remote capture store speaking protocol v1, through httpx
+memory   in-process, for tests and embedding
+file     a local directory (the embedded default; NeMo Gym compatible on disk)
+http     a remote capture store speaking protocol v1, through httpx
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from token_finalizer.errors import TokenEntryError
 from token_finalizer.records import TokenEntry, dumps_entry_line
@@ -11,11 +10,11 @@ from token_finalizer.records import TokenEntry, dumps_entry_line
 __all__ = ["entry_payload"]
 
 
-def entry_payload(entry: object) -> tuple[TokenEntry, dict[str, Any], bytes]:
+def entry_payload(entry: object) -> tuple[TokenEntry, bytes]:
     """Validate `entry` (a TokenEntry, a mapping, or a pydantic model) before any I/O.
 
-    Returns the parsed entry, the payload as plain JSON types, and the compact
-    sorted-key line the file store writes.
+    Returns the parsed entry and the compact sorted-key line the stores keep
+    (and digest): the payload as given, so unknown fields survive.
     """
     if isinstance(entry, TokenEntry):
         payload = entry.to_dict()
@@ -26,4 +25,4 @@ def entry_payload(entry: object) -> tuple[TokenEntry, dict[str, Any], bytes]:
     else:
         raise TokenEntryError(f"a TokenEntry must be a mapping, got {type(entry).__name__}")
     parsed = TokenEntry.from_dict(payload)
-    return parsed, payload, dumps_entry_line(payload)
+    return parsed, dumps_entry_line(payload)

@@ -141,8 +141,11 @@ class FileTokenStore:
 
         A writer that crashed after its append but before its state update
         leaves a complete line behind (indexed here); one that crashed mid-line
-        leaves a torn tail that was never acknowledged (cut off here).
+        leaves a torn tail that was never acknowledged (cut off here). A retired
+        tombstone has no data files left to index.
         """
+        if state.retired:
+            return False
         try:
             size = paths.jsonl.stat().st_size
         except FileNotFoundError:
@@ -198,7 +201,7 @@ class FileTokenStore:
     # -- writer side -------------------------------------------------------
 
     def _put(self, entry: object) -> None:
-        parsed, payload, line = entry_payload(entry)
+        parsed, line = entry_payload(entry)
         paths = _Paths(self.directory, parsed.rollout_id)
         digest = line_digest(line)
         with self._locked(paths, exclusive=True):

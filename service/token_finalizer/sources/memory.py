@@ -38,7 +38,7 @@ class MemoryTokenStore:
         return self._rollouts.setdefault(check_store_id(rollout_id), _Rollout())
 
     async def put(self, entry: TokenEntry | Mapping[str, Any]) -> None:
-        parsed, _, line = entry_payload(entry)
+        parsed, line = entry_payload(entry)
         digest = line_digest(line)
         with self._lock:
             rollout = self._rollout(parsed.rollout_id)
