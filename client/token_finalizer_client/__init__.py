@@ -1,0 +1,55 @@
+"""Thin client of the token-finalizer service (httpx and the standard library only).
+
+    from token_finalizer_client import FinalizerClient
+
+    with FinalizerClient("http://finalizer:8000", token=..., run_id="run-42") as client:
+        finalized = client.finalize(record)
+        store_durably(finalized.record)
+        client.retire(finalized)
+
+`AsyncFinalizerClient` has the same surface plus `finalize_many`. Errors are
+`FinalizerError` subclasses (see `_exceptions` for the tree). `HttpTokenSink`
+is the writer side of a remote capture store, for model servers. This package
+never imports the service, so harnesses and trainers stay light.
+"""
+
+from __future__ import annotations
+
+from token_finalizer_client._client import AsyncFinalizerClient, FinalizerClient
+from token_finalizer_client._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    FinalizerError,
+    MaskFractionExceeded,
+    NotFoundError,
+    PayloadTooLargeError,
+    ServerError,
+)
+from token_finalizer_client._sink import HttpTokenSink
+from token_finalizer_client._types import Finalized, Readiness
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AsyncFinalizerClient",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConflictError",
+    "Finalized",
+    "FinalizerClient",
+    "FinalizerError",
+    "HttpTokenSink",
+    "MaskFractionExceeded",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "Readiness",
+    "ServerError",
+    "__version__",
+]

@@ -14,3 +14,9 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 RUN_ID_HEADER = "X-Run-Id"
 # Asked for on every call: large finalize answers shrink ~100x under zstd.
 ACCEPT_ENCODING = "zstd, gzip"
+# finalize_many: calls in flight by default, and how far past the oldest
+# unfinished record it may start (a multiple of the concurrency), which bounds
+# the answers held back waiting for a slow one.
+DEFAULT_CONCURRENCY = 8
+REORDER_WINDOW_FACTOR = 4
+USER_AGENT = "token-finalizer-client"

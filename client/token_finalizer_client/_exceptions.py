@@ -8,7 +8,8 @@
         ├── AuthenticationError     401, 403: missing or wrong bearer token
         ├── NotFoundError           404: unknown source (or path)
         ├── ConflictError           409: a capture store refused a write (conflict, frozen, retired)
-        │   └── MaskFractionExceeded   409 from /finalize: the run masks too much (finalized, masked, reasons)
+        │   └── MaskFractionExceeded   409 from /finalize: the run masks too much
+        │                              (finalized, masked, reasons)
         ├── PayloadTooLargeError    413: the body is over the server's limit
         └── ServerError             5xx
 

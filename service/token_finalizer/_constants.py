@@ -66,6 +66,17 @@ ENCODE_IN_THREAD_MIN_TOKENS = 200_000
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # Seconds uvicorn waits for in-flight requests after SIGTERM before cancelling them.
 GRACEFUL_SHUTDOWN_S = 30.0
+# Finalizes that run at once in one worker process; the rest wait their turn on
+# the event loop. Builds are CPU-bound Python, so more of them at once only
+# fight over the GIL (measured: ~35% more CPU per finalize at 64 than at 4),
+# and the bound also caps the memory of concurrent large builds.
+FINALIZE_CONCURRENCY = 4
+# zstd for large finalize answers (encoded from spliced pieces). Measured on the
+# 5M-token answer (64 MB of JSON): level 2 with a 4 MiB window compresses in
+# 26 ms to 1.09 MB, level 3 (ZSTD_LEVEL) takes 47 ms for 1.20 MB. The window
+# stays under the 8 MiB an HTTP zstd decoder may insist on (RFC 9659).
+LARGE_ANSWER_ZSTD_LEVEL = 2
+LARGE_ANSWER_ZSTD_WINDOW_LOG = 22
 
 # ---------------------------------------------------------------------------
 # Remote capture stores: the http source and the store server (protocol v1)
@@ -74,15 +85,21 @@ GRACEFUL_SHUTDOWN_S = 30.0
 # A connect that takes longer than this means the store host is gone; reads of
 # a large snapshot still get the source's whole `timeout_s` between bytes.
 HTTP_CONNECT_TIMEOUT_S = 5.0
-# Freeze answers of at least this size are parsed in a worker thread: the
-# 5M-token snapshot takes about half a second to parse.
+# Freeze answers of at least this size (and every zstd one) are decoded and
+# parsed in a worker thread: the 5M-token snapshot takes about 0.2 s.
 HTTP_PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# Largest decoded answer the http source accepts from a capture store (a zstd
+# body is tiny on the wire; this bounds what it may expand to).
+HTTP_MAX_ANSWER_BYTES = 2 * 1024 * 1024 * 1024
 # Largest request body the store server reads (one TokenEntry per PUT; a
 # 100k-token prompt is under 1 MB of JSON).
 STORE_MAX_BODY_BYTES = 64 * 1024 * 1024
 # Snapshots with at least this many tokens are encoded in a worker thread by
-# the store server, so other writers are not stalled meanwhile.
+# the store server, so other writers are not stalled meanwhile ...
 STORE_ENCODE_IN_THREAD_MIN_TOKENS = 200_000
+# ... and answers spliced from stored lines of at least this many bytes are
+# assembled and compressed there too.
+STORE_ENCODE_IN_THREAD_MIN_BYTES = 1024 * 1024
 
 # glibc mmap threshold pinned by long-running commands (see _memory.py): blocks
 # at least this large are mmapped and go back to the OS as soon as they are freed.

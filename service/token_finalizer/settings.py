@@ -39,6 +39,10 @@ __all__ = [
 
 CONFIG_ENV_VAR = "TOKEN_FINALIZER_CONFIG"
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# `${VAR}` is not valid YAML inside a flow collection (`{token: ${X}}`, `[${X}]`):
+# the braces are flow indicators. Variables are swapped for plain placeholders
+# before parsing and restored after, so they are still interpolated per key.
+_PLACEHOLDER = re.compile(r"__token_finalizer_var_([A-Za-z_][A-Za-z0-9_]*)__")
 
 
 class ConfigError(ValueError):
@@ -162,9 +166,25 @@ def _interpolate(value: Any, env: Mapping[str, str], where: str) -> Any:
 
         return _VARIABLE.sub(lookup, value)
     if isinstance(value, dict):
-        return {k: _interpolate(v, env, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        return {
+            k: _interpolate(v, env, f"{where}.{k}" if where else str(k)) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_interpolate(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _hide_variables(text: str) -> str:
+    return _VARIABLE.sub(lambda match: f"__token_finalizer_var_{match.group(1)}__", text)
+
+
+def _restore_variables(value: Any) -> Any:
+    if isinstance(value, str):
+        return _PLACEHOLDER.sub(lambda match: f"${{{match.group(1)}}}", value)
+    if isinstance(value, dict):
+        return {_restore_variables(k): _restore_variables(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_restore_variables(v) for v in value]
     return value
 
 
@@ -173,7 +193,8 @@ def _describe(error: ValidationError) -> str:
     for item in error.errors():
         location = ".".join(str(part) for part in item["loc"]) or "(top level)"
         location = location.replace("default_source", "sources.default")
-        problems.append(f"{location}: {item['msg']}")
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{location}: {message}")
     return "invalid configuration: " + "; ".join(problems)
 
 
@@ -190,7 +211,9 @@ def settings_from_mapping(data: Any, env: Mapping[str, str] | None = None) -> Se
         raise ConfigError(_describe(exc)) from None
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+def load_settings(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Settings:
     """Load the configuration file (`path`, else $TOKEN_FINALIZER_CONFIG, else defaults)."""
     env = os.environ if env is None else env
     if path is None:
@@ -202,7 +225,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, 
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {path}: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = _restore_variables(yaml.safe_load(_hide_variables(text)))
     except yaml.YAMLError as exc:
         raise ConfigError(f"configuration {path} is not valid YAML: {exc}") from None
     return settings_from_mapping(data, env)

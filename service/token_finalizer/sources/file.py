@@ -33,7 +33,7 @@ from token_finalizer.records import Snapshot, TokenEntry, loads_json
 from token_finalizer.sources._entries import entry_payload
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
 
-__all__ = ["FileTokenStore", "SweptCapture"]
+__all__ = ["FileTokenStore", "FrozenLines", "SweptCapture"]
 
 _SUFFIX = ".tokens"
 _STATE_SUFFIX = ".tokens.state.json"
@@ -47,6 +47,17 @@ class SweptCapture:
     rollout_id: str
     reason: str  # "retired" or "abandoned"
     age_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenLines:
+    """A frozen snapshot as its stored entry lines, unparsed (what the store server sends on)."""
+
+    rollout_id: str
+    lines: tuple[bytes, ...]
+    incomplete: bool
+    snapshot_id: str
+    version: int
 
 
 class _Paths:
@@ -329,6 +340,41 @@ class FileTokenStore:
     async def freeze(self, rollout_id: str) -> Snapshot:
         """Freeze (idempotent) and read the rollout's immutable snapshot."""
         return await asyncio.to_thread(self._freeze, rollout_id)
+
+    # Added for the store server (issue 4): a remote freeze must not parse 30 MB
+    # of entries only to encode them again; the reader validates them anyway.
+    def _freeze_lines(self, rollout_id: str) -> FrozenLines:
+        """`_freeze` (the same critical section), keeping the entry lines as stored."""
+        paths = _Paths(self.directory, rollout_id)
+        with self._locked(paths, exclusive=True):
+            state = self._read_state(paths)
+            changed = self._index_tail(paths, state)
+            try:
+                changed = state.freeze(rollout_id) or changed
+            finally:
+                if changed:
+                    self._write_state(paths, state)
+            try:
+                with open(paths.jsonl, "rb") as handle:
+                    data = handle.read(state.indexed_size)
+            except FileNotFoundError:
+                data = b""
+            missing = set(_read_lines(paths.intents)) - state.entry_digests.keys()
+        lines = [line for line in data.split(b"\n") if line.strip()]
+        if len(lines) > len(state.entry_digests):
+            # A call re-sent by its writer may be stored twice, byte for byte: keep it once.
+            lines = list(dict.fromkeys(lines))
+        return FrozenLines(
+            rollout_id=rollout_id,
+            lines=tuple(lines),
+            incomplete=state.incomplete or bool(missing),
+            snapshot_id=str(state.snapshot_id),
+            version=state.version,
+        )
+
+    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
+        """`freeze`, returning the entry lines unparsed (the store server's fast path)."""
+        return await asyncio.to_thread(self._freeze_lines, rollout_id)
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Delete exactly that snapshot's data, keeping the state as a retired tombstone."""

@@ -1,0 +1,34 @@
+# token-finalizer: the finalizer HTTP service (and, with another command, a capture store).
+#
+#   docker build -t token-finalizer .
+#   docker run -p 8000:8000 token-finalizer             # embedded default: ./capture in the image
+#   docker compose up                                    # finalizer + capture store, see compose file
+
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+COPY pyproject.toml README.md /src/
+COPY service /src/service
+COPY client /src/client
+RUN /opt/venv/bin/pip install /src
+
+FROM python:3.11-slim
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+# A fixed numeric uid lets orchestrators verify runAsNonRoot; /data is owned by
+# it so a named volume mounted there starts writable.
+RUN groupadd --system --gid 10001 finalizer \
+    && useradd --system --uid 10001 --gid finalizer --no-create-home \
+        --home-dir /var/lib/token-finalizer --shell /usr/sbin/nologin finalizer \
+    && install -d -o finalizer -g finalizer /var/lib/token-finalizer /data
+COPY --from=build /opt/venv /opt/venv
+USER 10001:10001
+WORKDIR /var/lib/token-finalizer
+EXPOSE 8000
+# Slim images have no curl; python's urllib raises (exit 1) on anything but a 2xx.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=3)"]
+# Exec form: the server is PID 1 and receives SIGTERM itself, so in-flight
+# finalizes complete before the container stops.
+CMD ["token-finalizer", "serve", "--host", "0.0.0.0", "--port", "8000"]

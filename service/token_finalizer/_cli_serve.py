@@ -1,0 +1,124 @@
+"""`token-finalizer serve`: run the finalizer HTTP service under uvicorn.
+
+The configuration is loaded and validated before any server starts: an
+invalid file exits with status 2 and a message naming the key. With several
+workers uvicorn imports the app in each worker process (factory mode), and
+the configuration path reaches them through $TOKEN_FINALIZER_CONFIG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from token_finalizer._constants import DEFAULT_HOST, DEFAULT_PORT, GRACEFUL_SHUTDOWN_S
+from token_finalizer.settings import CONFIG_ENV_VAR, ConfigError, load_settings
+
+__all__ = ["HELP", "add_serve_arguments", "serve"]
+
+HELP = {"serve": "run the finalizer HTTP service (POST /finalize, POST /retire, health, metrics)"}
+
+# uvicorn imports this in each worker when --workers > 1.
+_APP_FACTORY = "token_finalizer.api:app_from_environment"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `token-finalizer serve`."""
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help=f"YAML configuration (default: ${CONFIG_ENV_VAR}, else one file source in ./capture)",
+    )
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"bind address (default {DEFAULT_HOST})"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1); each opens its own sources and keeps its own "
+        "metrics and mask-fraction counts",
+    )
+
+
+def _log_config() -> dict[str, Any]:
+    """uvicorn's logging plus ours: JSON request lines on stdout, warnings on stderr."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["formatters"]["request_line"] = {"format": "%(message)s"}
+    config["formatters"]["service"] = {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
+    config["handlers"]["request_line"] = {
+        "formatter": "request_line",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stdout",
+    }
+    config["handlers"]["service"] = {
+        "formatter": "service",
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+    }
+    config["loggers"]["token_finalizer"] = {
+        "handlers": ["service"],
+        "level": "INFO",
+        "propagate": False,
+    }
+    config["loggers"]["token_finalizer.access"] = {
+        "handlers": ["request_line"],
+        "level": "INFO",
+        "propagate": False,
+    }
+    return config
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Validate the configuration, then serve until SIGTERM/SIGINT."""
+    config_path = args.config or os.environ.get(CONFIG_ENV_VAR) or None
+    try:
+        settings = load_settings(config_path)
+    except ConfigError as exc:
+        print(f"token-finalizer serve: {exc}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from token_finalizer._memory import pin_mmap_threshold
+
+    # A long-running server: large answers must give their memory back when freed.
+    pin_mmap_threshold()
+    common: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "log_config": _log_config(),
+        # Our middleware logs one structured line per request instead.
+        "access_log": False,
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
+    }
+    if args.workers > 1:
+        if config_path is not None:
+            # Workers load the very file the parent just validated.
+            os.environ[CONFIG_ENV_VAR] = str(Path(config_path).resolve())
+        uvicorn.run(_APP_FACTORY, factory=True, workers=args.workers, **common)
+    else:
+        from token_finalizer.api import create_app
+
+        uvicorn.run(create_app(settings), **common)
+    return 0

@@ -1,0 +1,92 @@
+"""One structured (JSON) log line per request.
+
+A pure ASGI middleware times each request and, when the answer has been sent,
+logs method, path, status and duration_ms plus the fields the route added
+(rollout id, source, outcome) via `log_fields(request)`. Headers are never
+logged, so bearer tokens cannot leak into logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["ACCESS_LOGGER", "AccessLogMiddleware", "log_fields"]
+
+ACCESS_LOGGER = "token_finalizer.access"
+_FIELDS_KEY = "token_finalizer_log"
+# Probes arrive every few seconds from orchestrators; logging them at INFO
+# would bury the finalize lines.
+_QUIET_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+logger = logging.getLogger(ACCESS_LOGGER)
+
+
+def log_fields(request: Request) -> dict[str, Any]:
+    """The mutable dict of extra fields this request's log line will carry."""
+    state = request.scope.setdefault("state", {})
+    return state.setdefault(_FIELDS_KEY, {})
+
+
+class AccessLogMiddleware:
+    """Logs every HTTP request once, after its answer, as a JSON object.
+
+    `observe(path, status, seconds)` is called first, for latency metrics.
+    """
+
+    def __init__(
+        self, app: ASGIApp, observe: Callable[[str, int, float], None] | None = None
+    ) -> None:
+        self.app = app
+        self._observe = observe
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        fields: dict[str, Any] = {}
+        scope.setdefault("state", {})[_FIELDS_KEY] = fields
+        status = 500
+        done = False
+
+        def finish() -> None:
+            nonlocal done
+            done = True
+            self._record(scope, status, time.perf_counter() - started, fields)
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                # Logged before the last byte leaves, so whoever sees the
+                # answer can already see its log line and metrics.
+                finish()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            if not done:  # the app raised, or never finished its answer
+                finish()
+
+    def _record(self, scope: Scope, status: int, seconds: float, fields: dict[str, Any]) -> None:
+        path = scope.get("path", "")
+        if self._observe is not None:
+            self._observe(path, status, seconds)
+        line = {
+            "method": scope.get("method"),
+            "path": path,
+            "status": status,
+            "duration_ms": round(seconds * 1000, 2),
+            **fields,
+        }
+        level = logging.DEBUG if path in _QUIET_PATHS and status < 400 else logging.INFO
+        logger.log(level, "%s", orjson.dumps(line).decode())

@@ -1,0 +1,117 @@
+"""The FastAPI application factory and its lifespan.
+
+Sources are opened once when the app starts and closed when it stops, so
+connection pools and directories are shared by every request. On SIGTERM
+uvicorn stops accepting connections and lets in-flight finalizes finish; the
+app marks itself draining at once so /ready answers 503 from then on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from fastapi import FastAPI
+
+from token_finalizer import __version__
+from token_finalizer._memory import pin_mmap_threshold
+from token_finalizer.api.access_log import AccessLogMiddleware
+from token_finalizer.api.errors import install_error_handlers
+from token_finalizer.api.guard import MaskFractionGuard
+from token_finalizer.api.metrics import ServiceMetrics
+from token_finalizer.api.registry import SourceRegistry
+from token_finalizer.api.routes import router
+from token_finalizer.api.state import ServiceState
+from token_finalizer.protocols import TokenSource
+from token_finalizer.settings import Settings, load_settings
+
+__all__ = ["app_from_environment", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+_DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _chain_drain_signals(state: ServiceState) -> Callable[[], None]:
+    """Mark `state` draining on SIGTERM/SIGINT, then run the handler already installed.
+
+    uvicorn installs its own handlers before the lifespan starts; we run first
+    and hand over. Returns a function that restores the previous handlers.
+    Signals can only be handled in the main thread: elsewhere (an app served
+    from a test thread) nothing is installed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in _DRAIN_SIGNALS}
+
+    def on_signal(sig: int, frame: Any) -> None:
+        state.begin_draining()
+        handler = previous[sig]
+        if callable(handler):
+            handler(sig, frame)
+        elif handler != signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
+
+    for sig in _DRAIN_SIGNALS:
+        signal.signal(sig, on_signal)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
+
+
+def create_app(settings: Settings, *, sources: Mapping[str, TokenSource] | None = None) -> FastAPI:
+    """The finalizer HTTP service over `settings`.
+
+    `sources` lets an embedding program plug in its own TokenSource objects by
+    name (used instead of a configured source of the same name, or added to
+    them); the app does not close them. Every other configured source is
+    opened at start-up and closed at shutdown.
+    """
+    metrics = ServiceMetrics()
+    capture = settings.token_id_capture
+    guard = MaskFractionGuard(capture.max_mask_fraction, capture.mask_fraction_min_samples)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        registry = SourceRegistry.open(settings, metrics, sources)
+        state = ServiceState(settings=settings, sources=registry, metrics=metrics, guard=guard)
+        app.state.service = state
+        restore_signals = _chain_drain_signals(state)
+        logger.info("token-finalizer ready; sources: %s", ", ".join(registry.names))
+        try:
+            yield
+        finally:
+            state.begin_draining()
+            restore_signals()
+            await registry.close()
+
+    app = FastAPI(
+        title="token-finalizer",
+        version=__version__,
+        summary="Freeze, rebuild and retire exact token captures of RL agent rollouts.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.add_middleware(AccessLogMiddleware, observe=metrics.observe_request)
+    app.include_router(router)
+    return app
+
+
+def app_from_environment() -> FastAPI:
+    """The app over the configuration named by $TOKEN_FINALIZER_CONFIG (defaults without it).
+
+    The import target of `token-finalizer serve --workers N`: every worker
+    process builds its own app, with its own sources, from the same file.
+    """
+    # Each worker is its own process: pin glibc's mmap threshold here too, so
+    # freed large answers go back to the OS (see token_finalizer._memory).
+    pin_mmap_threshold()
+    return create_app(load_settings())

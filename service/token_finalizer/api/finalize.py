@@ -1,0 +1,117 @@
+"""The service layer of POST /finalize: source, enablement, delivery, guard, metrics.
+
+Capture problems never become HTTP errors here: `finalize_record` turns them
+into masked builds. The only refusals are the request's own (unknown source)
+and the per-run mask-fraction guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from token_finalizer._constants import ENCODE_IN_THREAD_MIN_TOKENS
+from token_finalizer.api.errors import ApiError
+from token_finalizer.api.state import ServiceState
+from token_finalizer.build import mask_reason
+from token_finalizer.delivery import capture_build_can_retire, finalize_record
+from token_finalizer.errors import InvalidRolloutId
+from token_finalizer.identity import rollout_id_of
+
+__all__ = ["FinalizeResult", "finalize"]
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizeResult:
+    """The answer of one finalize call and what the request log reports about it."""
+
+    answer: dict[str, Any]
+    outcome: str
+    token_count: int
+
+    @property
+    def large(self) -> bool:
+        """Whether encoding this answer belongs in a worker thread."""
+        return self.token_count >= ENCODE_IN_THREAD_MIN_TOKENS
+
+
+def _rollout_id(record: dict[str, Any]) -> str | None:
+    try:
+        return rollout_id_of(record)
+    except InvalidRolloutId:
+        return None
+
+
+def _outcome(build: dict[str, Any] | None) -> str:
+    if build is None:
+        return "no_build"
+    return "masked" if build.get("mask_sample") else "ok"
+
+
+def _token_count(build: dict[str, Any] | None) -> int:
+    """Token ids in the rebuilt output: a cheap size estimate of the answer."""
+    rebuilt = build.get("rebuilt_response") if build else None
+    if not isinstance(rebuilt, dict):
+        return 0
+    count = 0
+    for item in rebuilt.get("output") or ():
+        if isinstance(item, dict):
+            for value in item.values():
+                if isinstance(value, np.ndarray):
+                    count += value.size
+    return count
+
+
+def _guarded(
+    state: ServiceState, log: dict[str, Any], step: Callable[..., None], *args: Any
+) -> None:
+    try:
+        step(*args)
+    except ApiError:
+        state.metrics.guard_refusals.inc()
+        log["outcome"] = "guard_refused"
+        raise
+
+
+async def finalize(
+    state: ServiceState,
+    record: dict[str, Any],
+    source_name: str | None,
+    run_id: str,
+    *,
+    log: dict[str, Any] | None = None,
+) -> FinalizeResult:
+    """Finalize one record through the named source; ApiError for 404 and the guard's 409.
+
+    `log` receives the request-log fields (rollout id, source, outcome) as they become known.
+    """
+    log = {} if log is None else log
+    rollout_id = _rollout_id(record)
+    log["rollout_id"] = rollout_id
+    source = state.sources.resolve(source_name)
+    log["source"] = source.name
+    _guarded(state, log, state.guard.check, run_id)
+    if state.settings.token_id_capture.takes_part(record):
+        async with state.finalize_slots:
+            build = await finalize_record(record, source)
+    else:
+        build = None
+    outcome = _outcome(build)
+    log["outcome"] = outcome
+    state.metrics.finalize.labels(source.name, outcome).inc()
+    reason = mask_reason(build)
+    if reason is not None:
+        state.metrics.mask_reasons.labels(source.name, reason).inc()
+    # The crossing call's build has happened and is counted; its answer is the 409.
+    _guarded(state, log, state.guard.observe, run_id, build)
+    answer = {
+        "rollout_id": rollout_id,
+        "source": source.name,
+        "record": record,
+        "build": build,
+        "retirable": capture_build_can_retire(build),
+    }
+    return FinalizeResult(answer=answer, outcome=outcome, token_count=_token_count(build))

@@ -1,0 +1,142 @@
+"""The configured sources of one app: opened once at start-up, shared by every request.
+
+Each source is wrapped so its calls are timed and its exceptions counted in
+the metrics; the delivery functions turn those exceptions into masked builds
+or `retired: false`, so without the wrapper a dead store would be invisible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from token_finalizer._constants import READY_PING_TIMEOUT_S
+from token_finalizer.api.errors import ApiError
+from token_finalizer.api.metrics import ServiceMetrics
+from token_finalizer.records import Snapshot
+from token_finalizer.settings import Settings
+from token_finalizer.sources import open_source
+
+__all__ = ["InstrumentedSource", "SourceRegistry"]
+
+logger = logging.getLogger(__name__)
+
+
+class InstrumentedSource:
+    """A TokenSource that records the latency and failures of the source it wraps."""
+
+    def __init__(self, name: str, inner: Any, metrics: ServiceMetrics) -> None:
+        self.name = name
+        self.inner = inner
+        self._metrics = metrics
+
+    async def _timed(self, operation: str, call: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await call
+        except Exception:
+            self._metrics.source_errors.labels(self.name, operation).inc()
+            raise
+        finally:
+            self._metrics.source_seconds.labels(self.name, operation).observe(
+                time.perf_counter() - started
+            )
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        """Freeze through the wrapped source."""
+        return await self._timed("freeze", self.inner.freeze(rollout_id))
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        """Drop through the wrapped source."""
+        return await self._timed(
+            "drop", self.inner.drop(rollout_id, snapshot_id=snapshot_id, version=version)
+        )
+
+    async def ping(self) -> None:
+        """Reachability of the wrapped source; sources without `ping` count as reachable."""
+        ping = getattr(self.inner, "ping", None)
+        if ping is not None:
+            await self._timed("ping", ping())
+
+    async def close(self) -> None:
+        """Close the wrapped source."""
+        await self.inner.close()
+
+
+class SourceRegistry:
+    """Name -> source, plus the default; unknown names are refused, never created."""
+
+    def __init__(
+        self,
+        sources: Mapping[str, InstrumentedSource],
+        default: str,
+        *,
+        owned: frozenset[str] = frozenset(),
+    ) -> None:
+        self._sources = dict(sources)
+        self.default = default
+        self._owned = owned
+
+    @classmethod
+    def open(
+        cls,
+        settings: Settings,
+        metrics: ServiceMetrics,
+        provided: Mapping[str, Any] | None = None,
+    ) -> SourceRegistry:
+        """Open every configured source not `provided` in code; provided ones stay the caller's."""
+        provided = dict(provided or {})
+        sources: dict[str, InstrumentedSource] = {}
+        owned = set()
+        for name, config in settings.sources.items():
+            if name in provided:
+                continue
+            sources[name] = InstrumentedSource(
+                name, open_source(config.kind, **config.open_options()), metrics
+            )
+            owned.add(name)
+        for name, source in provided.items():
+            sources[name] = InstrumentedSource(name, source, metrics)
+        return cls(sources, settings.default_source, owned=frozenset(owned))
+
+    @property
+    def names(self) -> list[str]:
+        """Every configured source name, sorted."""
+        return sorted(self._sources)
+
+    def resolve(self, name: str | None) -> InstrumentedSource:
+        """The named source (the default for None); ApiError 404 for an unknown name."""
+        key = self.default if name is None else name
+        source = self._sources.get(key)
+        if source is None:
+            raise ApiError(
+                404, f"unknown source {key!r}; configured sources: {', '.join(self.names)}"
+            )
+        return source
+
+    async def reachability(self) -> dict[str, dict[str, Any]]:
+        """Ping every source concurrently: name -> {"reachable": bool, "error"?: str}."""
+
+        async def probe(source: InstrumentedSource) -> dict[str, Any]:
+            try:
+                await asyncio.wait_for(source.ping(), timeout=READY_PING_TIMEOUT_S)
+            except TimeoutError:
+                return {"reachable": False, "error": f"no answer in {READY_PING_TIMEOUT_S}s"}
+            except Exception as exc:
+                return {"reachable": False, "error": f"{type(exc).__name__}: {exc}"}
+            return {"reachable": True}
+
+        names = self.names
+        results = await asyncio.gather(*(probe(self._sources[n]) for n in names))
+        return dict(zip(names, results, strict=True))
+
+    async def close(self) -> None:
+        """Close the sources this registry opened (provided ones belong to their caller)."""
+        for name in self._owned:
+            try:
+                await self._sources[name].close()
+            except Exception:
+                logger.exception("closing source %s failed", name)

@@ -1,0 +1,56 @@
+"""Answers: orjson (numpy included), zstd when asked, large ones encoded off the loop."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import anyio.to_thread
+import zstandard
+from starlette.requests import Request
+from starlette.responses import Response
+
+from token_finalizer._constants import LARGE_ANSWER_ZSTD_LEVEL, LARGE_ANSWER_ZSTD_WINDOW_LOG
+from token_finalizer._web import accepts_zstd, json_response
+from token_finalizer.api.encoding import finalize_answer_pieces
+
+__all__ = ["answer", "encode_answer"]
+
+_JSON = "application/json"
+
+
+def encode_answer(payload: Any, accept_encoding: str | None) -> Response:
+    """`json_response(payload)`, byte for byte, spliced from pieces for finalize answers.
+
+    The pieces (see `encoding`) avoid encoding the same token ids again and
+    again; with zstd they are compressed as one stream and never joined.
+    """
+    pieces = finalize_answer_pieces(payload)
+    if pieces is None:
+        return json_response(payload, accept_encoding=accept_encoding)
+    if not accepts_zstd(accept_encoding):
+        return Response(b"".join(pieces), media_type=_JSON)
+    # One frame carrying its content size, as ZstdCompressor.compress writes it,
+    # so one-shot decoders work too. A fresh compressor per answer: not thread-safe.
+    size = sum(len(piece) for piece in pieces)
+    params = zstandard.ZstdCompressionParameters.from_level(
+        LARGE_ANSWER_ZSTD_LEVEL, window_log=LARGE_ANSWER_ZSTD_WINDOW_LOG, source_size=size
+    )
+    stream = zstandard.ZstdCompressor(compression_params=params).compressobj(size=size)
+    body = b"".join([*(stream.compress(piece) for piece in pieces), stream.flush()])
+    headers = {"Content-Encoding": "zstd", "Vary": "Accept-Encoding"}
+    return Response(body, media_type=_JSON, headers=headers)
+
+
+async def answer(request: Request, payload: Any, *, large: bool = False) -> Response:
+    """A JSON answer honouring the request's Accept-Encoding.
+
+    A large answer (tens of MB of token ids) takes tens of milliseconds to
+    encode and compress; a worker thread keeps the event loop serving meanwhile.
+    """
+    accept_encoding = request.headers.get("accept-encoding")
+    if large:
+        return await anyio.to_thread.run_sync(
+            functools.partial(encode_answer, payload, accept_encoding)
+        )
+    return json_response(payload, accept_encoding=accept_encoding)

@@ -1,0 +1,95 @@
+"""The HTTP endpoints; each one reads its input and hands it to the service layer."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request
+from starlette.responses import PlainTextResponse, Response
+
+from token_finalizer._constants import DEFAULT_RUN_ID
+from token_finalizer._web import json_response
+from token_finalizer.api.access_log import log_fields
+from token_finalizer.api.body import read_json_object
+from token_finalizer.api.deps import Authenticated, StateDep
+from token_finalizer.api.finalize import finalize
+from token_finalizer.api.metrics import CONTENT_TYPE_LATEST
+from token_finalizer.api.readiness import readiness
+from token_finalizer.api.responses import answer
+from token_finalizer.api.retire import retire
+from token_finalizer.api.schemas import (
+    ERROR_RESPONSES,
+    FINALIZE_ERROR_RESPONSES,
+    FINALIZE_OPENAPI,
+    READY_RESPONSES,
+    RETIRE_OPENAPI,
+)
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.post(
+    "/finalize",
+    dependencies=[Authenticated],
+    summary="Freeze a finished rollout's capture and rebuild its response with exact tokens",
+    responses=FINALIZE_ERROR_RESPONSES,
+    openapi_extra=FINALIZE_OPENAPI,
+)
+async def finalize_endpoint(
+    request: Request,
+    state: StateDep,
+    source: Annotated[str | None, Query(description="A configured source name.")] = None,
+    x_run_id: Annotated[
+        str | None, Header(description="Run the mask-fraction guard counts this call in.")
+    ] = None,
+) -> Response:
+    """POST /finalize: body = the finished record."""
+    body = await read_json_object(request, state.settings.limits.max_body_bytes)
+    result = await finalize(
+        state, body.data, source, x_run_id or DEFAULT_RUN_ID, log=log_fields(request)
+    )
+    return await answer(request, result.answer, large=result.large or body.large)
+
+
+@router.post(
+    "/retire",
+    dependencies=[Authenticated],
+    summary="Retire the snapshot a finalize consumed, after the record was written durably",
+    responses=ERROR_RESPONSES,
+    openapi_extra=RETIRE_OPENAPI,
+)
+async def retire_endpoint(request: Request, state: StateDep) -> Response:
+    """POST /retire: body = {"rollout_id", "build", "source"?} (a finalize answer works)."""
+    body = await read_json_object(request, state.settings.limits.max_body_bytes)
+    result = await retire(state, body.data, log=log_fields(request))
+    return await answer(request, result)
+
+
+@router.get("/health", summary="Liveness: 200 while the process serves")
+async def health() -> Response:
+    """GET /health."""
+    return json_response({"status": "ok"})
+
+
+@router.get(
+    "/ready",
+    summary="Readiness: every configured source reachable and not shutting down",
+    responses=READY_RESPONSES,
+)
+async def ready(state: StateDep) -> Response:
+    """GET /ready."""
+    status_code, body = await readiness(state)
+    return json_response(body, status_code=status_code)
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics of this process",
+    response_class=PlainTextResponse,
+    responses={200: {"description": "Prometheus text exposition format."}},
+)
+async def metrics(state: StateDep) -> Response:
+    """GET /metrics."""
+    return Response(state.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,186 @@
+"""OpenAPI descriptions of the request and answer bodies, for /docs only.
+
+Bodies are parsed with orjson and never validated through pydantic: a record
+carries millions of token ids, and per-element validation would cost more
+than the whole finalize. These schemas only document the shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ERROR_RESPONSES",
+    "FINALIZE_ERROR_RESPONSES",
+    "FINALIZE_OPENAPI",
+    "READY_RESPONSES",
+    "RETIRE_OPENAPI",
+]
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string", "description": "What is wrong with the request."}},
+}
+
+
+def _error(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    content = {"application/json": {"schema": schema or _ERROR}}
+    return {"description": description, "content": content}
+
+
+_RECORD = {
+    "type": "object",
+    "description": (
+        "A finished rollout record: `response` in OpenAI Responses shape, `reward`, harness "
+        "fields, and the capture key (`_ng_rollout_id`, or `_ng_task_index` + "
+        "`_ng_rollout_index` [+ `_ng_attempt_index`])."
+    ),
+    "additionalProperties": True,
+    "example": {
+        "_ng_rollout_id": "3-0",
+        "reward": 1.0,
+        "agent_ref": {"name": "swe_agent"},
+        "response": {"output": [{"type": "message", "content": "done"}]},
+    },
+}
+
+_BUILD = {
+    "type": ["object", "null"],
+    "description": (
+        "What finalize returned: `rebuilt_response`, `metrics`, `mask_sample`, "
+        "`unresolved_retries`, `_capture_snapshot` {`snapshot_id`, `version`}, and `error` "
+        "when the build failed. Null when the record's agent does not take part."
+    ),
+    "additionalProperties": True,
+}
+
+_FINALIZE_ANSWER = {
+    "type": "object",
+    "required": ["rollout_id", "source", "record", "build", "retirable"],
+    "properties": {
+        "rollout_id": {"type": ["string", "null"], "description": "The record's capture key."},
+        "source": {"type": "string", "description": "The source that was used."},
+        "record": {"type": "object", "description": "The record after finalize."},
+        "build": _BUILD,
+        "retirable": {
+            "type": "boolean",
+            "description": (
+                "Whether POST /retire may drop the consumed snapshot after a durable write."
+            ),
+        },
+    },
+}
+
+_GUARD_REFUSAL = {
+    "type": "object",
+    "required": ["error", "finalized", "masked", "reasons"],
+    "properties": {
+        "error": {"type": "string"},
+        "finalized": {"type": "integer"},
+        "masked": {"type": "integer"},
+        "reasons": {"type": "object", "additionalProperties": {"type": "integer"}},
+    },
+}
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _error("The body is not valid JSON or not a JSON object."),
+    401: _error("Missing or wrong bearer token (only when tokens are configured)."),
+    404: _error("Unknown source name."),
+    413: _error("The body is larger than `limits.max_body_bytes`."),
+}
+
+# Declared here, FastAPI does not add its own (differently shaped) 422 schema.
+FINALIZE_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    422: _error("A query parameter or header is malformed."),
+}
+
+FINALIZE_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _RECORD}},
+    },
+    "responses": {
+        "200": {
+            "description": (
+                "The finalized record. Capture problems are masked records here, never errors."
+            ),
+            "content": {"application/json": {"schema": _FINALIZE_ANSWER}},
+        },
+        "409": _error(
+            "The run (X-Run-Id) crossed token_id_capture.max_mask_fraction.", _GUARD_REFUSAL
+        ),
+    },
+}
+
+RETIRE_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["rollout_id", "build"],
+                    "additionalProperties": True,
+                    "description": (
+                        "Extra keys are ignored: a whole finalize answer may be posted back."
+                    ),
+                    "properties": {
+                        "rollout_id": {
+                            "type": "string",
+                            # A safe store key: ASCII letters, digits, '.', '_', '-'; not . or ..
+                            "pattern": r"^(?!\.\.?$)[A-Za-z0-9._-]+$",
+                        },
+                        "build": _BUILD,
+                        "source": {
+                            "type": ["string", "null"],
+                            "description": "A configured source; absent or null: sources.default.",
+                        },
+                    },
+                }
+            }
+        },
+    },
+    "responses": {
+        "200": {
+            "description": "Whether exactly the consumed snapshot was dropped.",
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["retired"],
+                        "properties": {"retired": {"type": "boolean"}},
+                    }
+                }
+            },
+        },
+        "422": _error("The body lacks `rollout_id` or `build`, or one of them is malformed."),
+    },
+}
+
+_READINESS = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "string", "enum": ["ready", "unavailable", "draining"]},
+        "sources": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {"reachable": {"type": "boolean"}, "error": {"type": "string"}},
+            },
+        },
+        "error": {"type": "string"},
+    },
+}
+
+READY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Every configured source is reachable.",
+        "content": {"application/json": {"schema": _READINESS}},
+    },
+    503: {
+        "description": "A source is unreachable, or the process is shutting down.",
+        "content": {"application/json": {"schema": _READINESS}},
+    },
+}

@@ -1,0 +1,159 @@
+"""Where a batch of records is finalized and retired: a running service, or this process.
+
+Both targets answer exactly what `POST /finalize` and `POST /retire` answer.
+`ServiceTarget` goes through the client package (retries, zstd answers);
+`InProcessTarget` runs the service's own finalize and retire steps on
+sources it opens itself, so the agent filter, source resolution and the
+mask-fraction guard behave as in the service, by construction.
+
+Failures come in two kinds: a `LineRefusedError` concerns one record (it
+is malformed or too large) and a batch goes on; a `BatchAbortedError` would
+repeat for every later record (wrong token, unknown source, unreachable
+service, the run's mask fraction crossed) and stops it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from token_finalizer._constants import DEFAULT_RUN_ID
+from token_finalizer.settings import Settings
+
+__all__ = [
+    "BatchAbortedError",
+    "BatchTarget",
+    "InProcessTarget",
+    "LineRefusedError",
+    "ServiceTarget",
+]
+
+# Statuses that condemn the request itself, not the service or the run.
+_LINE_STATUSES = frozenset({400, 413, 422})
+
+
+class LineRefusedError(Exception):
+    """This one record was refused; the next may well succeed."""
+
+
+class BatchAbortedError(Exception):
+    """A failure every later record would meet too."""
+
+
+def _classified(status_code: int, message: str) -> Exception:
+    if status_code in _LINE_STATUSES:
+        return LineRefusedError(message)
+    return BatchAbortedError(message)
+
+
+class BatchTarget(Protocol):
+    """What the batch commands need from wherever records are finalized."""
+
+    async def finalize(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The finalize answer object of one record."""
+        ...
+
+    async def retire(self, rollout_id: str, build: dict[str, Any], source: str | None) -> bool:
+        """Retire one build's snapshot; True when it was dropped."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections or sources."""
+        ...
+
+
+class ServiceTarget:
+    """A running finalizer service, through `AsyncFinalizerClient`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        run_id: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        from token_finalizer_client import AsyncFinalizerClient
+
+        self._client = AsyncFinalizerClient(base_url, token=token, run_id=run_id)
+        self._source = source
+
+    @staticmethod
+    def _classify(exc: Exception) -> Exception:
+        from token_finalizer_client import APIStatusError
+
+        if isinstance(exc, APIStatusError):
+            return _classified(exc.status_code, str(exc))
+        return BatchAbortedError(str(exc))
+
+    async def finalize(self, record: dict[str, Any]) -> dict[str, Any]:
+        """POST /finalize."""
+        from token_finalizer_client import FinalizerError
+
+        try:
+            finalized = await self._client.finalize(record, source=self._source)
+        except FinalizerError as exc:
+            raise self._classify(exc) from None
+        return finalized.to_answer()
+
+    async def retire(self, rollout_id: str, build: dict[str, Any], source: str | None) -> bool:
+        """POST /retire."""
+        from token_finalizer_client import FinalizerError
+
+        try:
+            return await self._client.retire(rollout_id=rollout_id, build=build, source=source)
+        except FinalizerError as exc:
+            raise self._classify(exc) from None
+
+    async def close(self) -> None:
+        """Close the client's connection pool."""
+        await self._client.close()
+
+
+class InProcessTarget:
+    """The service's finalize and retire steps, on the configured sources, in this process."""
+
+    def __init__(
+        self, settings: Settings, *, run_id: str | None = None, source: str | None = None
+    ) -> None:
+        from token_finalizer.api.guard import MaskFractionGuard
+        from token_finalizer.api.metrics import ServiceMetrics
+        from token_finalizer.api.registry import SourceRegistry
+        from token_finalizer.api.state import ServiceState
+
+        metrics = ServiceMetrics()
+        capture = settings.token_id_capture
+        self._state = ServiceState(
+            settings=settings,
+            sources=SourceRegistry.open(settings, metrics),
+            metrics=metrics,
+            guard=MaskFractionGuard(capture.max_mask_fraction, capture.mask_fraction_min_samples),
+        )
+        self._run_id = run_id or DEFAULT_RUN_ID
+        self._source = source
+
+    async def finalize(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The service's finalize step (numpy token arrays left as they are)."""
+        from token_finalizer.api.errors import ApiError
+        from token_finalizer.api.finalize import finalize
+
+        try:
+            result = await finalize(self._state, record, self._source, self._run_id)
+        except ApiError as exc:
+            raise _classified(exc.status_code, f"{exc.status_code}: {exc.message}") from None
+        return result.answer
+
+    async def retire(self, rollout_id: str, build: dict[str, Any], source: str | None) -> bool:
+        """The service's retire step."""
+        from token_finalizer.api.errors import ApiError
+        from token_finalizer.api.retire import retire
+
+        body = {"rollout_id": rollout_id, "build": build, "source": source}
+        try:
+            answer = await retire(self._state, body)
+        except ApiError as exc:
+            raise _classified(exc.status_code, f"{exc.status_code}: {exc.message}") from None
+        return bool(answer["retired"])
+
+    async def close(self) -> None:
+        """Close the sources this target opened."""
+        await self._state.sources.close()

@@ -1,0 +1,323 @@
+"""The `http` source: a remote capture store speaking protocol v1 (DESIGN §10), through httpx.
+
+Finalizer side only (freeze, drop, ping, close). One pooled AsyncClient per
+source, opened with the source and closed with it. Freeze and drop are both
+safe to repeat (freeze is idempotent, drop is conditional on the exact
+snapshot), so connection trouble and 502/503/504 are retried with exponential
+backoff and jitter; any other answer stands.
+
+Every failure is raised as a CaptureError subclass whose message says what
+went wrong and where; the finalize path turns it into a masked build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from token_finalizer._constants import (
+    DEFAULT_HTTP_TIMEOUT_S,
+    HTTP_CONNECT_TIMEOUT_S,
+    HTTP_MAX_ANSWER_BYTES,
+    HTTP_MAX_CONNECTIONS,
+    HTTP_MAX_KEEPALIVE,
+    HTTP_MAX_RETRIES,
+    HTTP_PARSE_IN_THREAD_MIN_BYTES,
+    HTTP_RETRY_BASE_DELAY_S,
+    HTTP_RETRY_MAX_DELAY_S,
+    HTTP_RETRY_STATUSES,
+)
+from token_finalizer.errors import CaptureRetired, SourceUnavailable
+from token_finalizer.identity import check_store_id
+from token_finalizer.records import Snapshot, TokenEntry, loads_json
+from token_finalizer.sources._http_wire import loads_snapshot, unzstd
+
+__all__ = ["CAPTURE_PATH", "HttpTokenSource", "rollout_path"]
+
+# The correlation segment model servers already use; every rollout path keeps it.
+CAPTURE_PATH = "training-token-capture"
+
+# No HTTP answer, but the request may well succeed if repeated.
+_TRANSIENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+def rollout_path(rollout_id: str, operation: str) -> str:
+    """`/ng-rollout/{id}/training-token-capture/{operation}`, the id checked first."""
+    return f"/ng-rollout/{check_store_id(rollout_id)}/{CAPTURE_PATH}/{operation}"
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """One HTTP answer, its body still zstd-compressed when the server compressed it."""
+
+    status_code: int
+    raw: bytes
+    zstd: bool
+
+    def body(self) -> bytes:
+        """The decoded body; AnswerError when it does not decode."""
+        return unzstd(self.raw, limit=HTTP_MAX_ANSWER_BYTES) if self.zstd else self.raw
+
+    def error_text(self) -> str:
+        """The server's `error` message, else the start of its body."""
+        try:
+            body = self.body()
+        except ValueError:
+            return "(a body that does not decode)"
+        try:
+            data = loads_json(body)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("error"), str):
+            return data["error"]
+        return body[:200].decode("utf-8", "replace").strip() or "(empty body)"
+
+
+class HttpTokenSource:
+    """TokenSource over a remote capture store (protocol v1)."""
+
+    kind = "http"
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_retries: int = HTTP_MAX_RETRIES,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"url {url!r} must start with http:// or https://")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        if token == "":
+            raise ValueError("token is empty; pass None for no token")
+        self.url = url.rstrip("/")
+        self.max_retries = max_retries
+        headers = {"Accept": "application/json", "Accept-Encoding": "zstd"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        self._client = httpx.AsyncClient(
+            base_url=self.url,
+            headers=headers,
+            # A connect that takes long means the host is gone; reads of a large
+            # snapshot get the whole configured timeout between bytes.
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, HTTP_CONNECT_TIMEOUT_S)),
+            limits=httpx.Limits(
+                max_connections=HTTP_MAX_CONNECTIONS,
+                max_keepalive_connections=HTTP_MAX_KEEPALIVE,
+            ),
+            transport=transport,
+        )
+        self._closed = False
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"HttpTokenSource(url={self.url!r})"
+
+    async def __aenter__(self) -> HttpTokenSource:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- transport -----------------------------------------------------------
+
+    async def _exchange(self, method: str, path: str, **kwargs: Any) -> _Answer:
+        response = await self._client.send(
+            self._client.build_request(method, path, **kwargs), stream=True
+        )
+        try:
+            # A zstd body is kept compressed: it is decoded later in one shot, off
+            # the event loop (httpx's streaming decoder is several times slower).
+            zstd = response.headers.get("content-encoding", "").strip().lower() == "zstd"
+            chunks = response.aiter_raw() if zstd else response.aiter_bytes()
+            parts: list[bytes] = []
+            size = 0
+            async for chunk in chunks:
+                parts.append(chunk)
+                size += len(chunk)
+                if size > HTTP_MAX_ANSWER_BYTES:
+                    raise SourceUnavailable(
+                        f"capture store {self.url} sent an answer over "
+                        f"{HTTP_MAX_ANSWER_BYTES} bytes to {method} {path}"
+                    )
+            return _Answer(response.status_code, b"".join(parts), zstd=zstd)
+        finally:
+            await response.aclose()
+
+    async def _send(self, method: str, path: str, what: str, **kwargs: Any) -> _Answer:
+        """One logical call: retried on transient failures, raised as SourceUnavailable."""
+        if self._closed:
+            raise SourceUnavailable(f"the http source for {self.url} is closed")
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                answer = await self._exchange(method, path, **kwargs)
+            except _TRANSIENT as exc:
+                if last:
+                    raise SourceUnavailable(
+                        f"capture store {self.url} did not answer {what} "
+                        f"after {attempts} attempt(s): {_describe(exc)}"
+                    ) from None
+            except httpx.HTTPError as exc:  # e.g. a body that fails to decode: not transient
+                raise SourceUnavailable(
+                    f"capture store {self.url} answered {what} unreadably: {_describe(exc)}"
+                ) from None
+            else:
+                if answer.status_code not in HTTP_RETRY_STATUSES or last:
+                    return answer
+            await asyncio.sleep(self._backoff(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    @staticmethod
+    def _backoff(attempt: int) -> float:
+        # Jitter in [delay/2, delay]: spreads the retries of many finalizers that
+        # failed together without ever retrying at once.
+        delay = min(HTTP_RETRY_MAX_DELAY_S, HTTP_RETRY_BASE_DELAY_S * 2**attempt)
+        return random.uniform(delay / 2, delay)
+
+    def _check_status(self, answer: _Answer, what: str) -> None:
+        """Raise for anything but a 200: CaptureRetired for 409, else SourceUnavailable."""
+        status = answer.status_code
+        if status == 200:
+            return
+        if status == 409:
+            raise CaptureRetired(f"capture store {self.url}: {answer.error_text()}")
+        if status in (401, 403):
+            reason = "refused the bearer token"
+        elif status in HTTP_RETRY_STATUSES:
+            reason = f"was unavailable after {self.max_retries + 1} attempt(s)"
+        elif status == 404:
+            reason = "has no such protocol v1 path (is the url right?)"
+        else:
+            reason = "failed"
+        raise SourceUnavailable(
+            f"capture store {self.url} {reason}: {what} answered HTTP {status}: "
+            f"{answer.error_text()}"
+        )
+
+    # -- TokenSource -----------------------------------------------------------
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        """Freeze the rollout in the remote store and return its snapshot."""
+        path = rollout_path(rollout_id, "freeze")
+        answer = await self._send("POST", path, f"freeze of rollout {rollout_id}")
+        self._check_status(answer, f"freeze of rollout {rollout_id}")
+        if answer.zstd or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
+            # Decoding and parsing a large snapshot would stall the event loop (and
+            # a zstd body is small on the wire whatever its decoded size).
+            return await asyncio.to_thread(self._snapshot, answer, rollout_id)
+        return self._snapshot(answer, rollout_id)
+
+    def _snapshot(self, answer: _Answer, rollout_id: str) -> Snapshot:
+        what = f"the freeze answer for rollout {rollout_id}"
+        try:
+            body = loads_snapshot(answer.body())
+        except ValueError as exc:
+            raise SourceUnavailable(
+                f"capture store {self.url}: {what} is not readable JSON ({exc})"
+            ) from None
+        if not isinstance(body, dict):
+            raise SourceUnavailable(f"capture store {self.url}: {what} is not a JSON object")
+        if body.get("rollout_id") != rollout_id:
+            raise SourceUnavailable(
+                f"capture store {self.url}: {what} names rollout {body.get('rollout_id')!r}"
+            )
+        entries = body.get("entries")
+        snapshot_id = body.get("snapshot_id")
+        version = body.get("version")
+        incomplete = body.get("incomplete")
+        problems = [
+            name
+            for name, ok in (
+                ("entries", isinstance(entries, list)),
+                ("snapshot_id", isinstance(snapshot_id, str) and snapshot_id != ""),
+                ("version", isinstance(version, int) and not isinstance(version, bool)),
+                ("incomplete", isinstance(incomplete, bool)),
+            )
+            if not ok
+        ]
+        if problems:
+            raise SourceUnavailable(
+                f"capture store {self.url}: {what} has no valid {', '.join(problems)}"
+            )
+        # TokenEntryError (a newer schema, a bad field) propagates as it is.
+        parsed = tuple(TokenEntry.from_dict(entry) for entry in entries)  # type: ignore[union-attr]
+        self._check_entries(parsed, rollout_id, what)
+        return Snapshot(
+            rollout_id=rollout_id,
+            entries=parsed,
+            incomplete=incomplete,  # type: ignore[arg-type]
+            snapshot_id=snapshot_id,  # type: ignore[arg-type]
+            version=version,  # type: ignore[arg-type]
+        )
+
+    def _check_entries(self, entries: tuple[TokenEntry, ...], rollout_id: str, what: str) -> None:
+        strangers = sorted({e.rollout_id for e in entries if e.rollout_id != rollout_id})
+        if strangers:
+            raise SourceUnavailable(
+                f"capture store {self.url}: {what} holds entries of rollout(s) "
+                f"{', '.join(strangers)}"
+            )
+        counts = Counter(e.model_call_id for e in entries)
+        twice = sorted(call_id for call_id, count in counts.items() if count > 1)
+        if twice:
+            raise SourceUnavailable(
+                f"capture store {self.url}: {what} lists model call(s) {', '.join(twice)} twice"
+            )
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        """Retire exactly that snapshot in the remote store."""
+        path = rollout_path(rollout_id, "drop")
+        what = f"drop of rollout {rollout_id}"
+        answer = await self._send(
+            "POST", path, what, json={"snapshot_id": snapshot_id, "version": version}
+        )
+        self._check_status(answer, what)
+        try:
+            body = loads_json(answer.body())
+        except ValueError as exc:
+            raise SourceUnavailable(
+                f"capture store {self.url}: the {what} answer is not readable JSON ({exc})"
+            ) from None
+        dropped = body.get("dropped") if isinstance(body, dict) else None
+        if not isinstance(dropped, bool):
+            raise SourceUnavailable(
+                f"capture store {self.url}: the {what} answer is not {{'dropped': bool}}"
+            )
+        return dropped
+
+    async def ping(self) -> None:
+        """Raise SourceUnavailable unless `GET {url}/health` answers 200 (not retried)."""
+        if self._closed:
+            raise SourceUnavailable(f"the http source for {self.url} is closed")
+        try:
+            response = await self._client.get("/health")
+        except httpx.HTTPError as exc:
+            raise SourceUnavailable(
+                f"capture store {self.url} is unreachable: {_describe(exc)}"
+            ) from None
+        if response.status_code != 200:
+            raise SourceUnavailable(
+                f"capture store {self.url} is not healthy: /health answered "
+                f"HTTP {response.status_code}"
+            )
+
+    async def close(self) -> None:
+        """Close the connection pool; safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            await self._client.aclose()

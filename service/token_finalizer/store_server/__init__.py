@@ -1,0 +1,19 @@
+"""A remote capture store: protocol v1 (DESIGN §10) served over any of our local stores.
+
+    POST {base}/ng-rollout/{id}/training-token-capture/freeze          snapshot, 409 retired
+    POST {base}/ng-rollout/{id}/training-token-capture/drop            {"dropped": bool}
+    PUT  {base}/ng-rollout/{id}/training-token-capture/calls/{call}    200, 409, 422
+    POST {base}/ng-rollout/{id}/training-token-capture/incomplete      200
+    POST {base}/ng-rollout/{id}/training-token-capture/intents         200, 409
+    GET  {base}/health                                                 {"status": "ok"}
+
+`token-finalizer store serve --dir DIR` runs it over a file store; the
+finalizer reaches it through an `http` source, model servers through
+`token_finalizer_client.HttpTokenSink`.
+"""
+
+from __future__ import annotations
+
+from token_finalizer.store_server.app import create_store_app
+
+__all__ = ["create_store_app"]

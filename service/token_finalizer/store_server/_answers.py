@@ -1,0 +1,133 @@
+"""Protocol v1 freeze answers, encoded without ever turning token ids into Python lists.
+
+A file store's snapshot goes out as its stored lines, spliced into the answer
+unparsed; any other store's token arrays go out as the numpy arrays it holds,
+encoded by orjson in one pass. Large answers are built in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import numpy as np
+import orjson
+import zstandard
+from starlette.responses import Response
+
+from token_finalizer._constants import (
+    STORE_ENCODE_IN_THREAD_MIN_BYTES,
+    STORE_ENCODE_IN_THREAD_MIN_TOKENS,
+    ZSTD_LEVEL,
+    ZSTD_MIN_BYTES,
+)
+from token_finalizer._web import accepts_zstd, json_response
+from token_finalizer.records import Snapshot, TokenEntry
+from token_finalizer.sources.file import FrozenLines
+
+__all__ = ["entry_wire", "freeze_answer"]
+
+
+def entry_wire(entry: TokenEntry) -> dict[str, Any]:
+    """One entry as JSON-ready fields, token arrays left as numpy arrays."""
+    wire: dict[str, Any] = dict(entry.extra)
+    wire.update(
+        schema_version=entry.schema_version,
+        rollout_id=entry.rollout_id,
+        model_call_id=entry.model_call_id,
+        model=entry.model,
+        prompt_token_ids=entry.prompt_token_ids,
+        generation_token_ids=entry.generation_token_ids,
+        generation_log_probs=entry.generation_log_probs,
+        output_items=entry.output_items,
+        token_item_index=entry.token_item_index,
+        created_at=entry.created_at,
+    )
+    if entry.routed_experts is not None:
+        wire["routed_experts"] = entry.routed_experts
+    return wire
+
+
+def _snapshot_payload(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "rollout_id": snapshot.rollout_id,
+        "entries": [entry_wire(entry) for entry in snapshot.entries],
+        "incomplete": snapshot.incomplete,
+        "snapshot_id": snapshot.snapshot_id,
+        "version": snapshot.version,
+    }
+
+
+def _all_finite(snapshot: Snapshot) -> bool:
+    return all(bool(np.isfinite(e.generation_log_probs).all()) for e in snapshot.entries)
+
+
+def _encoded_answer(body: bytes, accept_encoding: str | None) -> Response:
+    """An already-encoded JSON body, compressed as `_web.json_response` would do it."""
+    headers: dict[str, str] = {}
+    if len(body) >= ZSTD_MIN_BYTES and accepts_zstd(accept_encoding):
+        body = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
+        headers = {"Content-Encoding": "zstd", "Vary": "Accept-Encoding"}
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def _stdlib_answer(payload: dict[str, Any], accept_encoding: str | None) -> Response:
+    """The rare snapshot with -inf/NaN log probs: orjson would write them as null.
+
+    The stdlib writes `-Infinity`, as the file store does on disk and as every
+    reader of ours (loads_json) accepts, so the value survives the trip.
+    """
+    for entry in payload["entries"]:
+        for key, value in entry.items():
+            if isinstance(value, np.ndarray):
+                entry[key] = value.tolist()
+    return _encoded_answer(json.dumps(payload, separators=(",", ":")).encode(), accept_encoding)
+
+
+def _snapshot_answer(snapshot: Snapshot, accept_encoding: str | None) -> Response:
+    payload = _snapshot_payload(snapshot)
+    if not _all_finite(snapshot):
+        return _stdlib_answer(payload, accept_encoding)
+    return json_response(payload, accept_encoding=accept_encoding)
+
+
+def _lines_answer(frozen: FrozenLines, accept_encoding: str | None) -> Response:
+    """The freeze answer spliced from the stored lines: each already is one TokenEntry's JSON."""
+    head = {"rollout_id": frozen.rollout_id}
+    tail = {
+        "incomplete": frozen.incomplete,
+        "snapshot_id": frozen.snapshot_id,
+        "version": frozen.version,
+    }
+    body = b"".join(
+        (
+            orjson.dumps(head)[:-1],
+            b',"entries":[',
+            b",".join(frozen.lines),
+            b"],",
+            orjson.dumps(tail)[1:],
+        )
+    )
+    return _encoded_answer(body, accept_encoding)
+
+
+async def freeze_answer(store: Any, rollout_id: str, accept_encoding: str | None) -> Response:
+    """Freeze `rollout_id` in `store` and answer the snapshot (zstd when accepted).
+
+    A store that can hand over its stored lines (FileTokenStore.freeze_lines)
+    is answered from them without parsing; any other store's snapshot is
+    encoded with orjson straight from its numpy arrays.
+    """
+    freeze_lines = getattr(store, "freeze_lines", None)
+    if freeze_lines is not None:
+        frozen: FrozenLines = await freeze_lines(rollout_id)
+        if sum(map(len, frozen.lines)) >= STORE_ENCODE_IN_THREAD_MIN_BYTES:
+            return await asyncio.to_thread(_lines_answer, frozen, accept_encoding)
+        return _lines_answer(frozen, accept_encoding)
+    snapshot: Snapshot = await store.freeze(rollout_id)
+    tokens = sum(entry.cumulative_length for entry in snapshot.entries)
+    if tokens >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
+        # Encoding 5M tokens takes a few hundred ms: keep other writers served meanwhile.
+        return await asyncio.to_thread(_snapshot_answer, snapshot, accept_encoding)
+    return _snapshot_answer(snapshot, accept_encoding)

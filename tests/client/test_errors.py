@@ -1,0 +1,154 @@
+"""Each error class, raised by both clients from a real answer (or a real lack of one)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.client.conftest import Connect, settings_for
+from tests.support.captures import record_for
+from tests.support.servers import free_port, running_app
+from token_finalizer.api import create_app
+from token_finalizer_client import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    MaskFractionExceeded,
+    NotFoundError,
+    PayloadTooLargeError,
+    ServerError,
+)
+
+TOKEN = "client-test-token"
+
+
+@pytest.fixture(scope="module")
+def strict_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A service with a bearer token, a 2 kB body limit, and a guard that trips at once."""
+    root = tmp_path_factory.mktemp("strict")
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    settings = settings_for(
+        root / "a",
+        root / "b",
+        auth={"bearer_tokens": [TOKEN]},
+        limits={"max_body_bytes": 2048},
+        token_id_capture={"max_mask_fraction": 0.0, "mask_fraction_min_samples": 1},
+    )
+    with running_app(create_app(settings)) as base:
+        yield base
+
+
+async def _failing_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """An ASGI app: /health is fine, /slow never answers in time, the rest fail with 500."""
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/slow/health":
+        await asyncio.sleep(0.6)
+    status, body = (200, b'{"status":"ok"}') if scope["path"] == "/health" else (500, b"")
+    if status == 500:
+        body = b'{"error":"internal error: RuntimeError"}'
+    headers = [(b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.fixture(scope="module")
+def failing_url() -> Iterator[str]:
+    """A real HTTP server whose every API call answers 500."""
+    with running_app(_failing_app) as base:
+        yield base
+
+
+def test_body_that_is_not_an_object_is_bad_request(api: Any) -> None:
+    """A record that is not a JSON object raises BadRequestError (400) with the server's text."""
+    with pytest.raises(BadRequestError) as caught:
+        api.finalize([1, 2, 3])
+    assert caught.value.status_code == 400
+    assert caught.value.message == "request body must be a JSON object, got a JSON array"
+
+
+def test_retire_without_rollout_id_is_bad_request(api: Any) -> None:
+    """A retire that names no rollout id raises BadRequestError with the 422 status."""
+    with pytest.raises(BadRequestError) as caught:
+        api.retire(rollout_id=None, build={"mask_sample": False})
+    assert caught.value.status_code == 422
+
+
+def test_unknown_source_is_not_found(api: Any) -> None:
+    """An unknown source name raises NotFoundError whose message lists the configured ones."""
+    with pytest.raises(NotFoundError, match="configured sources: local, other"):
+        api.finalize(record_for("r-1"), source="nowhere")
+
+
+def test_missing_token_is_an_authentication_error(connect: Connect, strict_url: str) -> None:
+    """Without a token a secured service raises AuthenticationError (401)."""
+    with pytest.raises(AuthenticationError) as caught:
+        connect(strict_url).finalize(record_for("r-1"))
+    assert caught.value.status_code == 401
+
+
+def test_wrong_token_is_an_authentication_error(connect: Connect, strict_url: str) -> None:
+    """A token the service does not know raises AuthenticationError."""
+    with pytest.raises(AuthenticationError, match="wrong bearer token"):
+        connect(strict_url, token="not-the-token").finalize(record_for("r-1"))
+
+
+def test_oversized_record_is_payload_too_large(connect: Connect, strict_url: str) -> None:
+    """A record over limits.max_body_bytes raises PayloadTooLargeError (413)."""
+    record = record_for("r-1", padding="x" * 4096)
+    with pytest.raises(PayloadTooLargeError) as caught:
+        connect(strict_url, token=TOKEN).finalize(record)
+    assert caught.value.status_code == 413
+
+
+def test_guard_refusal_is_mask_fraction_exceeded(connect: Connect, strict_url: str) -> None:
+    """The tripped guard raises MaskFractionExceeded carrying finalized, masked and reasons."""
+    client = connect(strict_url, token=TOKEN, run_id=f"run-{id(connect)}")
+    with pytest.raises(MaskFractionExceeded) as caught:
+        client.finalize(record_for("never-captured"))
+    error = caught.value
+    assert (error.status_code, error.finalized, error.masked) == (409, 1, 1)
+    assert error.reasons == {"capture contains no token records": 1}
+
+
+def test_server_failure_is_a_server_error(connect: Connect, failing_url: str) -> None:
+    """A 500 answer raises ServerError with the body's error text."""
+    with pytest.raises(ServerError) as caught:
+        connect(failing_url).finalize(record_for("r-1"))
+    assert (caught.value.status_code, caught.value.message) == (
+        500,
+        "internal error: RuntimeError",
+    )
+
+
+def test_status_errors_share_one_base(connect: Connect, failing_url: str) -> None:
+    """Every error answer is an APIStatusError keeping the parsed body."""
+    with pytest.raises(APIStatusError) as caught:
+        connect(failing_url).retire(rollout_id="r-1", build={})
+    assert caught.value.body == {"error": "internal error: RuntimeError"}
+
+
+def test_nobody_listening_is_a_connection_error(connect: Connect) -> None:
+    """A refused connection raises APIConnectionError once the retries are spent."""
+    client = connect(f"http://127.0.0.1:{free_port()}", max_retries=1)
+    with pytest.raises(APIConnectionError, match="no answer from the server"):
+        client.health()
+
+
+def test_slow_answer_is_a_timeout_error(connect: Connect, failing_url: str) -> None:
+    """An answer slower than the timeout raises APITimeoutError."""
+    client = connect(failing_url + "/slow", timeout=0.1, max_retries=0)
+    with pytest.raises(APITimeoutError):
+        client.health()
+
+
+def test_unknown_path_is_not_found(connect: Connect, service_url: str) -> None:
+    """A base URL with a wrong prefix raises NotFoundError with the service's message."""
+    with pytest.raises(NotFoundError, match="no such endpoint: GET /wrong-prefix/health"):
+        connect(f"{service_url}/wrong-prefix").health()

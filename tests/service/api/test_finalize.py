@@ -1,0 +1,164 @@
+"""POST /finalize through a real uvicorn: answers, masking, enablement, sources, encodings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import orjson
+import zstandard
+
+from tests.service.api.conftest import CaptureWriter, SettingsFactory
+from tests.support.captures import record_for
+from tests.support.servers import running_app
+from token_finalizer import FileTokenStore
+from token_finalizer.api import create_app
+
+
+def test_captured_rollout_answers_the_rebuilt_record(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """A captured rollout answers 200 with its id, the source used, and a retirable build."""
+    write_capture("r-1")
+    answer = client.post("/finalize", json=record_for("r-1")).json()
+    assert (answer["rollout_id"], answer["source"], answer["retirable"]) == ("r-1", "local", True)
+
+
+def test_rebuilt_output_carries_the_captured_tokens(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """The record's last output item carries the last call's exact generated tokens."""
+    entries = write_capture("r-1")
+    answer = client.post("/finalize", json=record_for("r-1")).json()
+    last_item = answer["record"]["response"]["output"][-1]
+    assert last_item["generation_token_ids"] == entries[-1]["generation_token_ids"]
+
+
+def test_fields_outside_the_output_are_untouched(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """Reward and harness fields come back exactly as they were posted."""
+    write_capture("r-1")
+    record = record_for("r-1", reward=0.25, harness={"steps": 7})
+    answer = client.post("/finalize", json=record).json()
+    assert (answer["record"]["reward"], answer["record"]["harness"]) == (0.25, {"steps": 7})
+
+
+def test_finalize_does_not_retire(
+    client: httpx.Client, write_capture: CaptureWriter, file_store: FileTokenStore
+) -> None:
+    """After finalize the capture is frozen but not retired."""
+    write_capture("r-1")
+    client.post("/finalize", json=record_for("r-1"))
+    status = file_store.status("r-1")
+    assert (status["frozen"], status["retired"]) == (True, False)
+
+
+def test_missing_capture_is_a_masked_200(client: httpx.Client) -> None:
+    """A rollout with no capture answers 200 with a masked, non-retirable record."""
+    response = client.post("/finalize", json=record_for("never-written"))
+    answer = response.json()
+    assert (response.status_code, answer["record"]["mask_sample"], answer["retirable"]) == (
+        200,
+        True,
+        False,
+    )
+
+
+def test_malformed_rollout_id_is_a_masked_200_without_id(client: httpx.Client) -> None:
+    """A malformed `_ng_rollout_id` is masked (200) and the answer's rollout_id is null."""
+    response = client.post("/finalize", json=record_for("../etc"))
+    answer = response.json()
+    assert (response.status_code, answer["rollout_id"], answer["build"]["mask_sample"]) == (
+        200,
+        None,
+        True,
+    )
+
+
+def test_record_without_id_is_masked_with_no_capture_key(client: httpx.Client) -> None:
+    """A record naming no rollout is masked with the error `no capture key`."""
+    answer = client.post("/finalize", json={"reward": 0.0}).json()
+    assert answer["record"]["_ng_token_capture"]["error"] == "no capture key"
+
+
+def test_agent_not_taking_part_gets_no_build(
+    make_settings: SettingsFactory, write_capture: CaptureWriter
+) -> None:
+    """An agent outside `token_id_capture.agents` gets build null and its record unchanged."""
+    write_capture("r-1")
+    settings = make_settings(token_id_capture={"all_agents": False, "agents": ["other_agent"]})
+    record = record_for("r-1")
+    with running_app(create_app(settings)) as base:
+        answer = httpx.post(base + "/finalize", json=record).json()
+    assert answer == {
+        "rollout_id": "r-1",
+        "source": "local",
+        "record": record,
+        "build": None,
+        "retirable": False,
+    }
+
+
+def test_listed_agent_takes_part(
+    make_settings: SettingsFactory, write_capture: CaptureWriter
+) -> None:
+    """An agent listed in `token_id_capture.agents` is finalized."""
+    write_capture("r-1")
+    settings = make_settings(token_id_capture={"all_agents": False, "agents": ["swe_agent"]})
+    with running_app(create_app(settings)) as base:
+        answer = httpx.post(base + "/finalize", json=record_for("r-1")).json()
+    assert answer["retirable"] is True
+
+
+def test_source_query_selects_the_named_source(
+    make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """`?source=NAME` freezes in that source's directory, not the default's."""
+    other_dir = tmp_path / "other"
+    settings = make_settings(sources={"other": {"kind": "file", "dir": str(other_dir)}})
+    with running_app(create_app(settings)) as base:
+        answer = httpx.post(base + "/finalize?source=other", json=record_for("r-9")).json()
+    assert (answer["source"], FileTokenStore(other_dir).status("r-9")["frozen"]) == ("other", True)
+
+
+def test_unknown_source_is_404_naming_the_configured_ones(client: httpx.Client) -> None:
+    """An unknown `?source=` answers 404 naming it and the configured sources."""
+    response = client.post("/finalize?source=nowhere", json=record_for("r-1"))
+    assert (response.status_code, response.json()) == (
+        404,
+        {"error": "unknown source 'nowhere'; configured sources: local"},
+    )
+
+
+def test_zstd_answer_when_asked(client: httpx.Client, write_capture: CaptureWriter) -> None:
+    """With `Accept-Encoding: zstd` the answer is zstd-compressed and decodes to the same JSON."""
+    write_capture("r-1")
+    plain = client.post("/finalize", json=record_for("r-1")).json()
+    request = {"json": record_for("r-1"), "headers": {"Accept-Encoding": "zstd"}}
+    with client.stream("POST", "/finalize", **request) as response:
+        raw = b"".join(response.iter_raw())  # the bytes on the wire, not decoded by httpx
+    decoded = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+    assert (response.headers["content-encoding"], orjson.loads(decoded)) == ("zstd", plain)
+
+
+def test_large_rollout_answer_is_complete(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """A rollout large enough to be encoded off the event loop delivers every generated token."""
+    write_capture("big", calls=30, new_tokens_per_turn=500)
+    answer = client.post("/finalize", json=record_for("big")).json()
+    metrics = answer["build"]["metrics"]
+    assert metrics["generated_tokens_delivered"] == 30 * 125
+
+
+def test_large_zstd_answer_matches_the_identity_answer(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """A large answer (encoded off the loop, output spliced) is the same JSON zstd or not."""
+    write_capture("big", calls=30, new_tokens_per_turn=500)
+    plain = client.post(
+        "/finalize", json=record_for("big"), headers={"Accept-Encoding": "identity"}
+    )
+    packed = client.post("/finalize", json=record_for("big"), headers={"Accept-Encoding": "zstd"})
+    assert (packed.headers["content-encoding"], packed.content) == ("zstd", plain.content)

@@ -1,0 +1,350 @@
+"""`token-finalizer finalize` / `retire`: offline batches, in-process (--config) and via a server.
+
+The round trip: a JSONL of records (with bad lines among them) is finalized
+into OUT, one answer line per input line in input order, then OUT is retired
+and the file store shows each consumed capture retired.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.support.captures import agent_rollout, record_for
+from tests.support.servers import running_app
+from token_finalizer import FileTokenStore
+from token_finalizer.api import create_app
+from token_finalizer.cli import main
+from token_finalizer.settings import settings_from_mapping
+
+TOKEN = "batch-test-token"
+
+
+@pytest.fixture(scope="module")
+def store_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Capture directories of the two configured sources, `local` (default) and `other`."""
+    root = tmp_path_factory.mktemp("batch")
+    dirs = {"local": root / "local", "other": root / "other"}
+    for path in dirs.values():
+        path.mkdir()
+    return dirs
+
+
+def _config(store_dirs: dict[str, Path], **sections: Any) -> dict[str, Any]:
+    sources = {name: {"kind": "file", "dir": str(path)} for name, path in store_dirs.items()}
+    return {"sources": {"default": "local", **sources}, **sections}
+
+
+@pytest.fixture(scope="module")
+def config_path(store_dirs: dict[str, Path]) -> Path:
+    """A YAML configuration naming both sources (JSON is valid YAML)."""
+    path = store_dirs["local"].parent / "finalizer.yaml"
+    path.write_text(json.dumps(_config(store_dirs)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server_url(store_dirs: dict[str, Path]) -> Iterator[str]:
+    """A live finalizer over the same sources, with a bearer token and a 64 kB body limit."""
+    settings = settings_from_mapping(
+        _config(store_dirs, auth={"bearer_tokens": [TOKEN]}, limits={"max_body_bytes": 65536}),
+        env={},
+    )
+    with running_app(create_app(settings)) as base:
+        yield base
+
+
+@pytest.fixture
+def local_store(store_dirs: dict[str, Path]) -> FileTokenStore:
+    """The `local` source, opened as a store."""
+    return FileTokenStore(store_dirs["local"])
+
+
+def capture(store: FileTokenStore, calls: int = 3) -> tuple[str, list[dict[str, Any]]]:
+    """Record a fresh rollout; return its id and entries."""
+    rollout_id = f"b-{uuid.uuid4().hex[:10]}"
+    entries = agent_rollout(rollout_id, calls=calls, new_tokens_per_turn=40)
+
+    async def put_all() -> None:
+        for entry in entries:
+            await store.put(entry)
+
+    anyio.run(put_all)
+    return rollout_id, entries
+
+
+def write_jsonl(path: Path, lines: list[Any]) -> Path:
+    """Write JSON values (and raw strings as they are), one per line."""
+    path.write_text(
+        "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    )
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every line of a JSONL file, parsed."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(params=["config", "server"])
+def target(request: pytest.FixtureRequest, config_path: Path) -> list[str]:
+    """The target options of a batch command: in-process, or the live server."""
+    if request.param == "config":
+        return ["--config", str(config_path)]
+    return ["--server", request.getfixturevalue("server_url"), "--token", TOKEN]
+
+
+class Batch:
+    """One input file with captured, uncaptured and bad lines, and the run of it."""
+
+    def __init__(self, tmp_path: Path, store: FileTokenStore) -> None:
+        self.first, self.first_entries = capture(store)
+        self.second, _ = capture(store)
+        self.missing = f"never-{uuid.uuid4().hex[:8]}"
+        self.input = write_jsonl(
+            tmp_path / "in.jsonl",
+            [
+                record_for(self.first),
+                "{not json",
+                record_for(self.second),
+                [1, 2],
+                record_for(self.missing),
+                "",
+                {"reward": 0.0},
+            ],
+        )
+        self.output = tmp_path / "out.jsonl"
+
+
+@pytest.fixture
+def batch(tmp_path: Path, local_store: FileTokenStore) -> Batch:
+    """A fresh batch input in the `local` source."""
+    return Batch(tmp_path, local_store)
+
+
+def finalize(batch: Batch, target: list[str], *extra: str) -> int:
+    """Run `token-finalizer finalize` on the batch; the exit status."""
+    return main(["finalize", str(batch.input), "-o", str(batch.output), *target, *extra])
+
+
+def test_finalize_writes_one_line_per_input_line_in_order(batch: Batch, target: list[str]) -> None:
+    """OUT holds the answers and the bad lines' errors, each at its input line's place."""
+    assert finalize(batch, target) == 0
+    lines = read_jsonl(batch.output)
+    assert [line.get("rollout_id", line.get("line")) for line in lines] == [
+        batch.first,
+        2,
+        batch.second,
+        4,
+        batch.missing,
+        6,
+        None,
+    ]
+
+
+def test_bad_lines_are_written_as_line_errors(batch: Batch, target: list[str]) -> None:
+    """A line that is not a JSON object becomes {"line": N, "error": ...} naming the problem."""
+    finalize(batch, target)
+    lines = read_jsonl(batch.output)
+    assert lines[1]["error"].startswith("not valid JSON")
+    assert lines[3] == {"line": 4, "error": "not a JSON object (got an array)"}
+    assert lines[5] == {"line": 6, "error": "empty line; expected a JSON object"}
+
+
+def test_bad_lines_are_reported_on_stderr_with_their_number(
+    batch: Batch, target: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stderr names each bad line by its number, and draws no progress bar off a terminal."""
+    finalize(batch, target)
+    err = capsys.readouterr().err
+    assert "line 2: not valid JSON" in err
+    assert "line 4: not a JSON object (got an array)" in err
+    assert "\r" not in err
+
+
+def test_summary_counts_outcomes_and_mask_reasons(
+    batch: Batch, target: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary counts finalized, masked by reason, no build and bad lines."""
+    finalize(batch, target)
+    assert (
+        f"7 lines -> {batch.output}: 2 finalized (2 retirable), 2 masked "
+        "(capture contains no token records: 1, no capture key: 1), 0 no build, 3 bad lines"
+    ) in capsys.readouterr().err
+
+
+def test_output_carries_the_exact_captured_tokens(batch: Batch, target: list[str]) -> None:
+    """The rebuilt record in OUT ends with the last captured call's generated tokens."""
+    finalize(batch, target)
+    record = read_jsonl(batch.output)[0]["record"]
+    last = record["response"]["output"][-1]
+    assert last["generation_token_ids"] == batch.first_entries[-1]["generation_token_ids"]
+
+
+def test_retire_drops_every_retirable_capture(
+    batch: Batch, target: list[str], local_store: FileTokenStore
+) -> None:
+    """After finalize then retire, both captured rollouts are retired in the store."""
+    finalize(batch, target)
+    assert main(["retire", str(batch.output), *target]) == 0
+    assert local_store.status(batch.first)["retired"] is True
+    assert local_store.status(batch.second)["retired"] is True
+
+
+def test_retire_keeps_masked_captures_as_evidence(
+    batch: Batch, target: list[str], local_store: FileTokenStore
+) -> None:
+    """The masked rollout's frozen state is not retired."""
+    finalize(batch, target)
+    main(["retire", str(batch.output), *target])
+    assert local_store.status(batch.missing)["retired"] is False
+
+
+def test_retire_summary_counts_each_kind_of_line(
+    batch: Batch, target: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """retire reports retired, not retired, not retirable and error lines."""
+    finalize(batch, target)
+    capsys.readouterr()
+    main(["retire", str(batch.output), *target])
+    assert (
+        "retire: 7 lines: 2 retired, 0 not retired (the store moved on), 2 not retirable, "
+        "3 error lines, 0 failed"
+    ) in capsys.readouterr().err
+
+
+def test_source_option_finalizes_in_that_source(
+    tmp_path: Path, target: list[str], store_dirs: dict[str, Path]
+) -> None:
+    """--source NAME freezes in NAME and OUT names it as each line's source."""
+    rollout_id, _ = capture(FileTokenStore(store_dirs["other"]))
+    batch_input = write_jsonl(tmp_path / "in.jsonl", [record_for(rollout_id)])
+    output = tmp_path / "out.jsonl"
+    main(["finalize", str(batch_input), "-o", str(output), *target, "--source", "other"])
+    assert [(line["source"], line["retirable"]) for line in read_jsonl(output)] == [("other", True)]
+
+
+def test_agent_that_takes_no_part_gets_no_build(
+    tmp_path: Path, store_dirs: dict[str, Path], local_store: FileTokenStore
+) -> None:
+    """With all_agents off, a record of an unlisted agent is written with `build: null`."""
+    config = tmp_path / "agents.yaml"
+    config.write_text(
+        json.dumps(_config(store_dirs, token_id_capture={"all_agents": False, "agents": ["x"]}))
+    )
+    rollout_id, _ = capture(local_store)
+    batch_input = write_jsonl(tmp_path / "in.jsonl", [record_for(rollout_id)])
+    output = tmp_path / "out.jsonl"
+    main(["finalize", str(batch_input), "-o", str(output), "--config", str(config)])
+    assert read_jsonl(output)[0]["build"] is None
+
+
+def test_record_over_the_body_limit_is_a_line_error(tmp_path: Path, server_url: str) -> None:
+    """A record the server refuses as too large becomes an error line; the rest go on."""
+    batch_input = write_jsonl(
+        tmp_path / "in.jsonl",
+        [record_for("absent-1", padding="x" * 70_000), record_for("absent-2")],
+    )
+    output = tmp_path / "out.jsonl"
+    status = main(
+        ["finalize", str(batch_input), "-o", str(output), "--server", server_url, "--token", TOKEN]
+    )
+    lines = read_jsonl(output)
+    assert (status, lines[0]["line"], lines[1]["rollout_id"]) == (0, 1, "absent-2")
+    assert "HTTP 413" in lines[0]["error"]
+
+
+def test_mask_fraction_guard_stops_an_in_process_batch(
+    tmp_path: Path, store_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--config applies the service's guard to --run-id: a tripped run stops with status 1."""
+    config = tmp_path / "guarded.yaml"
+    guard = {"max_mask_fraction": 0.0, "mask_fraction_min_samples": 1}
+    config.write_text(json.dumps(_config(store_dirs, token_id_capture=guard)))
+    batch_input = write_jsonl(
+        tmp_path / "in.jsonl", [record_for("absent-1"), record_for("absent-2")]
+    )
+    output = tmp_path / "out.jsonl"
+    status = main(
+        ["finalize", str(batch_input), "-o", str(output), "--config", str(config), "--run-id", "r9"]
+    )
+    assert status == 1
+    assert "finalize: stopped at line 1: 409: run 'r9' masked" in capsys.readouterr().err
+
+
+def test_wrong_token_stops_the_batch(
+    batch: Batch, server_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refusal every line would meet stops at line 1 with status 1 and an empty OUT."""
+    status = finalize(batch, ["--server", server_url, "--token", "wrong"])
+    assert (status, batch.output.read_text()) == (1, "")
+    assert "finalize: stopped at line 1: HTTP 401: wrong bearer token" in capsys.readouterr().err
+
+
+def test_token_without_server_is_a_usage_error(
+    batch: Batch, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--token with --config exits 2 and says that --token needs --server."""
+    status = finalize(batch, ["--config", str(config_path), "--token", "t"])
+    assert status == 2
+    assert "--token applies only with --server" in capsys.readouterr().err
+
+
+def test_output_may_not_overwrite_the_input(batch: Batch, config_path: Path) -> None:
+    """Naming the input as the output exits 2 and leaves the input intact."""
+    before = batch.input.read_text()
+    status = main(
+        ["finalize", str(batch.input), "-o", str(batch.input), "--config", str(config_path)]
+    )
+    assert (status, batch.input.read_text()) == (2, before)
+
+
+def test_missing_input_is_a_usage_error(
+    tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An input path that is not a file exits 2 naming it."""
+    missing = tmp_path / "nope.jsonl"
+    status = main(
+        ["finalize", str(missing), "-o", str(tmp_path / "o"), "--config", str(config_path)]
+    )
+    assert status == 2
+    assert f"input {missing} is not a readable file" in capsys.readouterr().err
+
+
+def test_invalid_configuration_is_a_usage_error(
+    batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A configuration that does not validate exits 2 with the key named."""
+    config = tmp_path / "bad.yaml"
+    config.write_text("sources: {local: {kind: file}}\n")
+    assert finalize(batch, ["--config", str(config)]) == 2
+    assert "a file source needs `dir`" in capsys.readouterr().err
+
+
+def test_console_command_round_trip(
+    batch: Batch, config_path: Path, local_store: FileTokenStore
+) -> None:
+    """`python -m token_finalizer.cli finalize` then `retire` work as separate processes."""
+    command = [sys.executable, "-m", "token_finalizer.cli"]
+    target = ["--config", str(config_path)]
+    subprocess.run(
+        [*command, "finalize", str(batch.input), "-o", str(batch.output), *target],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    subprocess.run(
+        [*command, "retire", str(batch.output), *target],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    assert local_store.status(batch.first)["retired"] is True

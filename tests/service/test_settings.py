@@ -1,0 +1,209 @@
+"""The YAML configuration (DESIGN §12): keys, ${VAR}, defaults, and errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from token_finalizer.settings import (
+    CONFIG_ENV_VAR,
+    ConfigError,
+    Settings,
+    load_settings,
+    settings_from_mapping,
+)
+
+DESIGN_EXAMPLE = """
+token_id_capture:
+  enabled: true
+  all_agents: false
+  agents: [swe_agent]
+  max_mask_fraction: 0.2
+  mask_fraction_min_samples: 50
+sources:
+  default: local
+  local:   {kind: file, dir: ./capture}
+  train-a: {kind: http, url: http://capture-store:8100, token: ${CAPTURE_TOKEN}, timeout_s: 10}
+auth:
+  bearer_tokens: [${FINALIZER_TOKEN}]
+limits:
+  max_body_bytes: 67108864
+"""
+ENV = {"CAPTURE_TOKEN": "store-secret", "FINALIZER_TOKEN": "finalizer-secret"}
+
+
+@pytest.fixture
+def design_file(tmp_path: Path) -> Path:
+    """The configuration example of DESIGN §12 as a file."""
+    path = tmp_path / "finalizer.yaml"
+    path.write_text(DESIGN_EXAMPLE)
+    return path
+
+
+def _error(data: object, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        settings_from_mapping(data, env=env or {})
+    return str(caught.value)
+
+
+def test_design_example_loads(design_file: Path) -> None:
+    """Every key of the design's example is read into Settings."""
+    settings = load_settings(design_file, env=ENV)
+    capture = settings.token_id_capture
+    assert (capture.all_agents, capture.agents, capture.max_mask_fraction) == (
+        False,
+        ("swe_agent",),
+        0.2,
+    )
+    assert (settings.default_source, sorted(settings.sources)) == ("local", ["local", "train-a"])
+    assert settings.limits.max_body_bytes == 67108864
+
+
+def test_variables_are_read_from_the_environment(design_file: Path) -> None:
+    """`${VAR}` values come from the environment: the source token and the bearer tokens."""
+    settings = load_settings(design_file, env=ENV)
+    assert (settings.sources["train-a"].token, settings.auth.bearer_tokens) == (
+        "store-secret",
+        ("finalizer-secret",),
+    )
+
+
+def test_variable_values_are_taken_literally(design_file: Path) -> None:
+    """An environment value full of YAML syntax is used verbatim, never parsed as YAML."""
+    settings = load_settings(design_file, env={**ENV, "FINALIZER_TOKEN": "a: [b], #c {d}"})
+    assert settings.auth.bearer_tokens == ("a: [b], #c {d}",)
+
+
+def test_http_source_open_options(design_file: Path) -> None:
+    """An http source opens with its url, token and timeout."""
+    settings = load_settings(design_file, env=ENV)
+    assert settings.sources["train-a"].open_options() == {
+        "url": "http://capture-store:8100",
+        "token": "store-secret",
+        "timeout_s": 10.0,
+    }
+
+
+def test_unset_variable_is_an_error_naming_the_key(design_file: Path) -> None:
+    """A `${VAR}` that is not set fails, naming both the key and the variable."""
+    with pytest.raises(ConfigError, match=r"sources\.train-a\.token: environment variable "):
+        load_settings(design_file, env={"FINALIZER_TOKEN": "x"})
+
+
+def test_no_file_runs_the_defaults() -> None:
+    """Without a path or $TOKEN_FINALIZER_CONFIG: one file source `local` in ./capture."""
+    settings = load_settings(None, env={})
+    assert (settings.default_source, settings.sources["local"].open_options()) == (
+        "local",
+        {"dir": "./capture"},
+    )
+
+
+def test_defaults_have_no_auth_and_no_guard() -> None:
+    """The defaults run without bearer tokens and without a mask-fraction guard."""
+    settings = Settings()
+    assert (settings.auth.bearer_tokens, settings.token_id_capture.max_mask_fraction) == ((), None)
+
+
+def test_path_comes_from_the_environment_variable(design_file: Path) -> None:
+    """With no path argument, $TOKEN_FINALIZER_CONFIG names the file."""
+    settings = load_settings(None, env={**ENV, CONFIG_ENV_VAR: str(design_file)})
+    assert "train-a" in settings.sources
+
+
+def test_single_source_is_the_default() -> None:
+    """A configuration with one source and no `default` uses that source."""
+    settings = settings_from_mapping({"sources": {"only": {"kind": "memory"}}}, env={})
+    assert settings.default_source == "only"
+
+
+def test_unknown_key_is_an_error_naming_it() -> None:
+    """A key that is not part of the contract fails, naming it."""
+    assert "token_id_capture.max_mask_fractoin" in _error(
+        {"token_id_capture": {"max_mask_fractoin": 0.2}}
+    )
+
+
+def test_wrong_type_is_an_error_naming_the_key() -> None:
+    """A value of the wrong type fails, naming its key."""
+    assert "limits.max_body_bytes" in _error({"limits": {"max_body_bytes": "lots"}})
+
+
+def test_fraction_out_of_range_is_an_error() -> None:
+    """max_mask_fraction above 1 fails, naming the key."""
+    assert "token_id_capture.max_mask_fraction" in _error(
+        {"token_id_capture": {"max_mask_fraction": 1.5}}
+    )
+
+
+def test_default_naming_a_missing_source_is_an_error() -> None:
+    """`sources.default` naming an unconfigured source fails, listing the configured ones."""
+    message = _error({"sources": {"default": "remote", "local": {"kind": "memory"}}})
+    assert "sources.default names 'remote'" in message
+    assert "configured: local" in message
+
+
+def test_file_source_without_dir_is_an_error() -> None:
+    """A file source without `dir` fails, naming the source."""
+    message = _error({"sources": {"local": {"kind": "file"}}})
+    assert message.startswith("invalid configuration: sources.local: ")
+    assert "needs `dir`" in message
+
+
+def test_http_source_without_url_is_an_error() -> None:
+    """An http source without `url` fails, naming the source."""
+    assert "sources.remote" in _error({"sources": {"remote": {"kind": "http"}}})
+
+
+def test_http_url_must_be_http() -> None:
+    """An http source url without http:// or https:// fails."""
+    assert "must start with http:// or https://" in _error(
+        {"sources": {"remote": {"kind": "http", "url": "capture-store:8100"}}}
+    )
+
+
+def test_unknown_source_kind_is_an_error() -> None:
+    """A source kind other than file, http or memory fails, naming the key."""
+    assert "sources.local.kind" in _error({"sources": {"local": {"kind": "s3"}}})
+
+
+def test_empty_bearer_token_is_refused() -> None:
+    """An empty bearer token (e.g. an empty ${VAR}) fails instead of disabling auth."""
+    message = _error(
+        {"auth": {"bearer_tokens": ["${FINALIZER_TOKEN}"]}}, env={"FINALIZER_TOKEN": ""}
+    )
+    assert message.startswith("invalid configuration: auth")
+    assert "empty bearer token" in message
+
+
+def test_empty_source_token_is_refused() -> None:
+    """An empty http source token fails: leave the key out for no token."""
+    message = _error({"sources": {"remote": {"kind": "http", "url": "http://store", "token": ""}}})
+    assert "`token` is empty" in message
+
+
+def test_top_level_must_be_a_mapping() -> None:
+    """A configuration that is a list fails, saying the top level must be a mapping."""
+    assert _error([1, 2]) == "invalid configuration: the top level must be a mapping"
+
+
+def test_invalid_yaml_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    """A file that is not YAML fails, naming the file."""
+    path = tmp_path / "broken.yaml"
+    path.write_text("sources: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml is not valid YAML"):
+        load_settings(path, env={})
+
+
+def test_missing_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    """A configuration path that does not exist fails, naming it."""
+    with pytest.raises(ConfigError, match=r"cannot read configuration .*absent\.yaml"):
+        load_settings(tmp_path / "absent.yaml", env={})
+
+
+def test_settings_are_frozen() -> None:
+    """Settings cannot be changed after validation."""
+    settings = Settings()
+    with pytest.raises(ValueError, match="frozen"):
+        settings.default_source = "other"  # type: ignore[misc]
