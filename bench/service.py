@@ -20,21 +20,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 
+from bench._common import finalize_request, read_answer, serving
 from tests.support.captures import agent_rollout, record_for
-from tests.support.servers import free_port, wait_for_health
 from token_finalizer import FileTokenStore
 from token_finalizer.delivery import finalize_record
 from token_finalizer.records import dumps_entry_line
@@ -67,58 +63,13 @@ def write_small_rollouts(directory: Path, count: int) -> list[str]:
     return rollout_ids
 
 
-@contextlib.contextmanager
-def serving(capture_dir: Path, workers: int) -> Iterator[str]:
-    """`token-finalizer serve` over `capture_dir` as a subprocess; yields its base URL."""
-    config = capture_dir.parent / f"config-{capture_dir.name}.yaml"
-    config.write_text(f"sources:\n  local: {{kind: file, dir: '{capture_dir}'}}\n")
-    port = free_port()
-    command = [sys.executable, "-m", "token_finalizer.cli", "serve", "--config", str(config)]
-    command += ["--port", str(port), "--workers", str(workers)]
-    # Request log lines are produced as in production, then discarded.
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_health(base + "/health", process=process)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 # -- part (a): throughput ----------------------------------------------------------
-
-
-def _request_bytes(port: int, rollout_id: str) -> bytes:
-    body = orjson.dumps(record_for(rollout_id))
-    head = (
-        f"POST /finalize HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
-
-
-async def _read_answer(reader: asyncio.StreamReader) -> int:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    status = int(lines[0].split()[1])
-    length = 0
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    await reader.readexactly(length)
-    return status
 
 
 async def load(base: str, rollout_ids: list[str], clients: int, duration: float) -> dict:
     """Keep `clients` connections busy for WARMUP_S + `duration`; measure the latter part."""
     port = int(base.rsplit(":", 1)[1])
-    requests = (_request_bytes(port, rollout_id) for rollout_id in rollout_ids)
+    requests = (finalize_request(port, rollout_id) for rollout_id in rollout_ids)
     latencies: list[float] = []
     failures = 0
     exhausted = False
@@ -141,7 +92,7 @@ async def load(base: str, rollout_ids: list[str], clients: int, duration: float)
                     return
                 sent = time.perf_counter()
                 writer.write(request)
-                status = await _read_answer(reader)
+                status = await read_answer(reader)
                 done = time.perf_counter()
                 if sent >= measure_from and done <= stop_at:
                     latencies.append(done - sent)

@@ -2,17 +2,17 @@
 
 Both have the same surface and behaviour; each owns one httpx connection pool
 for its lifetime, so open one per process (or per event loop) and reuse it.
+What they send and how they read answers lives in `_wire`, when to repeat a
+call in `_retry`: the two classes only add the blocking or asyncio transport.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
-import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -21,63 +21,34 @@ from token_finalizer_client._constants import (
     DEFAULT_CONNECTION_LIMITS,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
-    RETRY_STATUSES,
 )
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._ordered import ordered_map
-from token_finalizer_client._retry import RetryBudget, connection_error
+from token_finalizer_client._retry import asend_with_retries, check_max_retries, send_with_retries
 from token_finalizer_client._types import Finalized, Readiness
 from token_finalizer_client._wire import (
+    HEALTH_REQUEST,
+    READY_REQUEST,
+    WireRequest,
     check_base_url,
     default_headers,
-    encode_json,
-    finalize_params,
+    finalize_request,
     parse_answer,
+    read_finalized,
     read_readiness,
     read_retired,
-    retire_target,
+    retire_request,
 )
 
 __all__ = ["AsyncFinalizerClient", "FinalizerClient"]
 
-# /ready answers 503 to say "not ready": an answer to report, not to repeat.
-_NO_STATUS_RETRIES: frozenset[int] = frozenset()
-_JSON_CONTENT = {"Content-Type": "application/json"}
+_Pool = TypeVar("_Pool", httpx.Client, httpx.AsyncClient)
 
 
-class _Options:
-    """Constructor checks shared by both clients."""
+class _BaseClient(Generic[_Pool]):
+    """Construction shared by both clients: argument checks, headers, pool options."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        token: str | None,
-        timeout: float | httpx.Timeout | None,
-        max_retries: int,
-        run_id: str | None,
-    ) -> None:
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        self.base_url = check_base_url(base_url)
-        self.max_retries = max_retries
-        self.run_id = run_id
-        self.http_options: dict[str, Any] = {
-            "base_url": self.base_url,
-            "headers": default_headers(token, run_id),
-            "timeout": timeout,
-            "limits": DEFAULT_CONNECTION_LIMITS,
-        }
-
-
-class FinalizerClient:
-    """Blocking client of the finalizer HTTP API.
-
-    Retries connection errors and 502/503/504 up to `max_retries` times with
-    jittered exponential backoff; every other error status raises the
-    matching `APIStatusError` subclass at once. `run_id` is sent as `X-Run-Id`,
-    which is how the service's mask-fraction guard tells runs apart.
-    """
+    _http: _Pool
 
     def __init__(
         self,
@@ -88,40 +59,34 @@ class FinalizerClient:
         max_retries: int = DEFAULT_MAX_RETRIES,
         run_id: str | None = None,
     ) -> None:
-        options = _Options(
-            base_url, token=token, timeout=timeout, max_retries=max_retries, run_id=run_id
+        self.max_retries = check_max_retries(max_retries)
+        self.base_url = check_base_url(base_url)
+        self.run_id = run_id
+        self._http = self._open_pool(
+            base_url=self.base_url,
+            headers=default_headers(token, run_id),
+            timeout=timeout,
+            limits=DEFAULT_CONNECTION_LIMITS,
         )
-        self.base_url = options.base_url
-        self.max_retries = options.max_retries
-        self.run_id = options.run_id
-        self._http = httpx.Client(**options.http_options)
 
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        payload: Any = None,
-        params: dict[str, str] | None = None,
-        retry_statuses: Collection[int] = RETRY_STATUSES,
-    ) -> httpx.Response:
-        content = None if payload is None else encode_json(payload)
-        headers = None if content is None else _JSON_CONTENT
-        budget = RetryBudget(self.max_retries, statuses=retry_statuses)
-        while True:
-            try:
-                response = self._http.request(
-                    method, path, content=content, params=params, headers=headers
-                )
-            except httpx.RequestError as exc:
-                delay = budget.after_error(exc)
-                if delay is None:
-                    raise connection_error(exc) from exc
-            else:
-                delay = budget.after_response(response)
-                if delay is None:
-                    return response
-            time.sleep(delay)
+    def _open_pool(self, **options: Any) -> _Pool:
+        raise NotImplementedError
+
+
+class FinalizerClient(_BaseClient[httpx.Client]):
+    """Blocking client of the finalizer HTTP API.
+
+    Retries connection errors and 502/503/504 up to `max_retries` times with
+    jittered exponential backoff; every other error status raises the
+    matching `APIStatusError` subclass at once. `run_id` is sent as `X-Run-Id`,
+    which is how the service's mask-fraction guard tells runs apart.
+    """
+
+    def _open_pool(self, **options: Any) -> httpx.Client:
+        return httpx.Client(**options)
+
+    def _send(self, request: WireRequest) -> httpx.Response:
+        return send_with_retries(self._http, request, self.max_retries)
 
     def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
         """Finalize one finished rollout record (`POST /finalize`).
@@ -129,8 +94,7 @@ class FinalizerClient:
         Capture problems are not errors: they come back as a masked record.
         `source` names a configured source; the service's default otherwise.
         """
-        response = self._send("POST", "/finalize", payload=record, params=finalize_params(source))
-        return Finalized.from_answer(parse_answer(response))
+        return read_finalized(self._send(finalize_request(record, source)))
 
     def retire(
         self,
@@ -146,18 +110,16 @@ class FinalizerClient:
         `Finalized`, or `rollout_id=` and `build=` from a stored answer. A
         `Finalized` that is not retirable returns False without a request.
         """
-        payload = retire_target(finalized, rollout_id, build, source)
-        if payload is None:
-            return False
-        return read_retired(parse_answer(self._send("POST", "/retire", payload=payload)))
+        request = retire_request(finalized, rollout_id, build, source)
+        return False if request is None else read_retired(self._send(request))
 
     def health(self) -> dict[str, Any]:
         """`GET /health`: `{"status": "ok"}` while the service runs."""
-        return parse_answer(self._send("GET", "/health"))
+        return parse_answer(self._send(HEALTH_REQUEST))
 
     def ready(self) -> Readiness:
         """`GET /ready`: whether every configured source is reachable, with details."""
-        return read_readiness(self._send("GET", "/ready", retry_statuses=_NO_STATUS_RETRIES))
+        return read_readiness(self._send(READY_REQUEST))
 
     def close(self) -> None:
         """Close the connection pool; safe to call twice."""
@@ -175,63 +137,22 @@ class FinalizerClient:
         self.close()
 
 
-class AsyncFinalizerClient:
+class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
     """Asyncio client of the finalizer HTTP API; same surface as `FinalizerClient`.
 
     Adds `finalize_many` (and its streaming form `finalize_iter`) to finalize
     a batch with bounded concurrency, results in input order.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        token: str | None = None,
-        timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        run_id: str | None = None,
-    ) -> None:
-        options = _Options(
-            base_url, token=token, timeout=timeout, max_retries=max_retries, run_id=run_id
-        )
-        self.base_url = options.base_url
-        self.max_retries = options.max_retries
-        self.run_id = options.run_id
-        self._http = httpx.AsyncClient(**options.http_options)
+    def _open_pool(self, **options: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(**options)
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        payload: Any = None,
-        params: dict[str, str] | None = None,
-        retry_statuses: Collection[int] = RETRY_STATUSES,
-    ) -> httpx.Response:
-        content = None if payload is None else encode_json(payload)
-        headers = None if content is None else _JSON_CONTENT
-        budget = RetryBudget(self.max_retries, statuses=retry_statuses)
-        while True:
-            try:
-                response = await self._http.request(
-                    method, path, content=content, params=params, headers=headers
-                )
-            except httpx.RequestError as exc:
-                delay = budget.after_error(exc)
-                if delay is None:
-                    raise connection_error(exc) from exc
-            else:
-                delay = budget.after_response(response)
-                if delay is None:
-                    return response
-            await asyncio.sleep(delay)
+    async def _send(self, request: WireRequest) -> httpx.Response:
+        return await asend_with_retries(self._http, request, self.max_retries)
 
     async def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
         """Finalize one finished rollout record (`POST /finalize`); see `FinalizerClient`."""
-        response = await self._send(
-            "POST", "/finalize", payload=record, params=finalize_params(source)
-        )
-        return Finalized.from_answer(parse_answer(response))
+        return read_finalized(await self._send(finalize_request(record, source)))
 
     async def finalize_iter(
         self,
@@ -304,20 +225,16 @@ class AsyncFinalizerClient:
         source: str | None = None,
     ) -> bool:
         """Retire the capture a finalize consumed (`POST /retire`); see `FinalizerClient`."""
-        payload = retire_target(finalized, rollout_id, build, source)
-        if payload is None:
-            return False
-        response = await self._send("POST", "/retire", payload=payload)
-        return read_retired(parse_answer(response))
+        request = retire_request(finalized, rollout_id, build, source)
+        return False if request is None else read_retired(await self._send(request))
 
     async def health(self) -> dict[str, Any]:
         """`GET /health`: `{"status": "ok"}` while the service runs."""
-        return parse_answer(await self._send("GET", "/health"))
+        return parse_answer(await self._send(HEALTH_REQUEST))
 
     async def ready(self) -> Readiness:
         """`GET /ready`: whether every configured source is reachable, with details."""
-        response = await self._send("GET", "/ready", retry_statuses=_NO_STATUS_RETRIES)
-        return read_readiness(response)
+        return read_readiness(await self._send(READY_REQUEST))
 
     async def close(self) -> None:
         """Close the connection pool; safe to call twice."""

@@ -1,4 +1,4 @@
-"""When to repeat an HTTP call, and how long to wait first.
+"""When to repeat an HTTP call, how long to wait first, and the loop that does it.
 
 The one retry policy of the package, shared by the sync and async clients and
 the writer-side sink: repeat on connection trouble and on 502/503/504 (the
@@ -6,28 +6,19 @@ server or a proxy in front of it is momentarily unable), never on any other
 status. Every call this package makes is safe to repeat: finalize freezes
 idempotently, retire and the store writes are conditional or idempotent.
 
-A caller drives one `RetryBudget` per logical call:
-
-    budget = RetryBudget(max_retries)
-    while True:
-        try:
-            response = send()
-        except httpx.RequestError as exc:
-            delay = budget.after_error(exc)
-            if delay is None:
-                raise connection_error(exc) from exc
-        else:
-            delay = budget.after_response(response)
-            if delay is None:
-                return response
-        sleep(delay)
+`RetryBudget` holds the decisions of one logical call. `send_with_retries`
+(blocking) and `asend_with_retries` (asyncio) are the loop around it: they
+differ only in how they send and how they sleep.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Collection
+from typing import TypeAlias
 
 import httpx
 
@@ -37,14 +28,23 @@ from token_finalizer_client._constants import (
     RETRY_STATUSES,
 )
 from token_finalizer_client._exceptions import APIConnectionError, APITimeoutError
+from token_finalizer_client._wire import WireRequest
 
 __all__ = [
+    "Outcome",
     "RetryBudget",
+    "asend_with_retries",
     "backoff_delay",
+    "check_max_retries",
     "connection_error",
+    "final_answer",
     "is_retryable_error",
     "is_retryable_status",
+    "send_with_retries",
 ]
+
+# What one try of a request ends with: an HTTP answer, or none.
+Outcome: TypeAlias = httpx.Response | httpx.RequestError
 
 # Transient by nature. Others (an unsupported URL scheme, a local protocol
 # misuse, a body that fails to decode) would fail the same way again.
@@ -59,6 +59,13 @@ def is_retryable_status(status_code: int) -> bool:
 def is_retryable_error(exc: BaseException) -> bool:
     """Whether a failed request (no HTTP answer) may be repeated."""
     return isinstance(exc, _TRANSIENT_ERRORS)
+
+
+def check_max_retries(max_retries: int) -> int:
+    """`max_retries` itself; ValueError when it is below zero."""
+    if max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    return max_retries
 
 
 def backoff_delay(
@@ -98,9 +105,7 @@ class RetryBudget:
     """The retries left for one logical call, and the delay before each."""
 
     def __init__(self, max_retries: int, *, statuses: Collection[int] = RETRY_STATUSES) -> None:
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        self.max_retries = max_retries
+        self.max_retries = check_max_retries(max_retries)
         self.statuses = statuses
         self.attempt = 0
 
@@ -120,3 +125,56 @@ class RetryBudget:
         if response.status_code not in self.statuses:
             return None
         return self._spend(_retry_after(response) or 0.0)
+
+    def delay_after(self, outcome: Outcome) -> float | None:
+        """Delay before repeating the try that ended in `outcome`; None: it is final."""
+        if isinstance(outcome, httpx.Response):
+            return self.after_response(outcome)
+        return self.after_error(outcome)
+
+
+def final_answer(outcome: Outcome) -> httpx.Response:
+    """The answer a call ended with; the package's connection error when it got none."""
+    if isinstance(outcome, httpx.RequestError):
+        raise connection_error(outcome) from outcome
+    return outcome
+
+
+def send_with_retries(http: httpx.Client, request: WireRequest, max_retries: int) -> httpx.Response:
+    """Send `request` on a blocking pool, repeated as the policy allows; the final answer.
+
+    Any answer is returned, error statuses included (the caller reads them);
+    APIConnectionError (or APITimeoutError) when the last try got none.
+    """
+    budget = RetryBudget(max_retries, statuses=request.retry_statuses)
+    outcome = _try(http, request)
+    while (delay := budget.delay_after(outcome)) is not None:
+        time.sleep(delay)
+        outcome = _try(http, request)
+    return final_answer(outcome)
+
+
+async def asend_with_retries(
+    http: httpx.AsyncClient, request: WireRequest, max_retries: int
+) -> httpx.Response:
+    """`send_with_retries` on an asyncio pool: the same tries, the same waits."""
+    budget = RetryBudget(max_retries, statuses=request.retry_statuses)
+    outcome = await _atry(http, request)
+    while (delay := budget.delay_after(outcome)) is not None:
+        await asyncio.sleep(delay)
+        outcome = await _atry(http, request)
+    return final_answer(outcome)
+
+
+def _try(http: httpx.Client, request: WireRequest) -> Outcome:
+    try:
+        return http.request(**request.send_options())
+    except httpx.RequestError as exc:
+        return exc
+
+
+async def _atry(http: httpx.AsyncClient, request: WireRequest) -> Outcome:
+    try:
+        return await http.request(**request.send_options())
+    except httpx.RequestError as exc:
+        return exc

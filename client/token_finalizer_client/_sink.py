@@ -16,7 +16,6 @@ trouble and 502/503/504 are retried; any refusal raises, never passes silently.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -25,8 +24,8 @@ import httpx
 
 from token_finalizer_client._constants import DEFAULT_CONNECTION_LIMITS
 from token_finalizer_client._exceptions import FinalizerError
-from token_finalizer_client._retry import RetryBudget, connection_error
-from token_finalizer_client._wire import check_base_url, default_headers, encode_json, parse_answer
+from token_finalizer_client._retry import asend_with_retries, check_max_retries
+from token_finalizer_client._wire import WireRequest, check_base_url, default_headers, parse_answer
 
 __all__ = ["HttpTokenSink"]
 
@@ -34,7 +33,6 @@ __all__ = ["HttpTokenSink"]
 # checked here so a bad id fails before any request, with the same wording.
 _STORE_ID = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
 _CAPTURE_PATH = "training-token-capture"
-_JSON_CONTENT = {"Content-Type": "application/json"}
 # A connect that takes long means the store is gone; a put may take a while to fsync.
 _CONNECT_TIMEOUT_S = 5.0
 
@@ -71,12 +69,10 @@ class HttpTokenSink:
         max_retries: int = 2,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.max_retries = check_max_retries(max_retries)
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.url = check_base_url(url)
-        self.max_retries = max_retries
         self._headers = default_headers(token, None)
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, _CONNECT_TIMEOUT_S))
         self._transport = transport
@@ -106,25 +102,10 @@ class HttpTokenSink:
             )
         return self._client
 
-    async def _post(self, method: str, rollout_id: str, operation: str, payload: Any) -> Any:
+    async def _send(self, method: str, rollout_id: str, operation: str, payload: Any) -> Any:
         path = f"/ng-rollout/{rollout_id}/{_CAPTURE_PATH}/{operation}"
-        content = encode_json(payload)
-        client = self._http()
-        budget = RetryBudget(self.max_retries)
-        while True:
-            try:
-                response = await client.request(
-                    method, path, content=content, headers=_JSON_CONTENT
-                )
-            except httpx.RequestError as exc:
-                delay = budget.after_error(exc)
-                if delay is None:
-                    raise connection_error(exc) from exc
-            else:
-                delay = budget.after_response(response)
-                if delay is None:
-                    return parse_answer(response)
-            await asyncio.sleep(delay)
+        request = WireRequest.json(method, path, payload)
+        return parse_answer(await asend_with_retries(self._http(), request, self.max_retries))
 
     async def put(self, entry: Mapping[str, Any] | Any) -> None:
         """Store one call's TokenEntry (a dict or a pydantic model).
@@ -136,20 +117,20 @@ class HttpTokenSink:
         payload = _entry_payload(entry)
         rollout_id = _check_id(payload.get("rollout_id"), "rollout_id")
         call_id = _check_id(payload.get("model_call_id"), "model_call_id")
-        await self._post("PUT", rollout_id, f"calls/{call_id}", payload)
+        await self._send("PUT", rollout_id, f"calls/{call_id}", payload)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture ("" for the rollout as a whole)."""
         _check_id(rollout_id, "rollout_id")
         if model_call_id:
             _check_id(model_call_id, "model_call_id")
-        await self._post("POST", rollout_id, "incomplete", {"model_call_id": model_call_id})
+        await self._send("POST", rollout_id, "incomplete", {"model_call_id": model_call_id})
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce a call: if its entry is missing at freeze time, the snapshot is incomplete."""
         _check_id(rollout_id, "rollout_id")
         _check_id(model_call_id, "model_call_id")
-        await self._post("POST", rollout_id, "intents", {"model_call_id": model_call_id})
+        await self._send("POST", rollout_id, "intents", {"model_call_id": model_call_id})
 
     async def close(self) -> None:
         """Close the connection pool; safe to call twice."""

@@ -1,32 +1,47 @@
-"""What the sync and async clients send and how they read the answers.
+"""What the clients and the sink send, and how they read the answers.
 
-Kept apart from the clients so both build byte-identical requests and map
-answers to results and errors the same way.
+Kept apart from the transports so the sync client, the async client and the
+sink build byte-identical requests (`WireRequest`) and map answers to results
+and errors the same way; the transports only send and sleep.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from token_finalizer_client._constants import ACCEPT_ENCODING, RUN_ID_HEADER, USER_AGENT
+from token_finalizer_client._constants import (
+    ACCEPT_ENCODING,
+    RETRY_STATUSES,
+    RUN_ID_HEADER,
+    USER_AGENT,
+)
 from token_finalizer_client._exceptions import FinalizerError, error_for_status
 from token_finalizer_client._types import Finalized, Readiness
 
 __all__ = [
+    "HEALTH_REQUEST",
+    "READY_REQUEST",
+    "WireRequest",
     "check_base_url",
     "decode_body",
     "default_headers",
     "encode_json",
     "finalize_params",
+    "finalize_request",
     "parse_answer",
+    "read_finalized",
     "read_readiness",
     "read_retired",
     "retire_payload",
-    "retire_target",
+    "retire_request",
 ]
+
+_JSON_CONTENT = {"Content-Type": "application/json"}
 
 
 def check_base_url(base_url: str) -> str:
@@ -68,6 +83,43 @@ def encode_json(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=_plain).encode()
 
 
+@dataclass(frozen=True, slots=True)
+class WireRequest:
+    """One call as it goes on the wire; a retry sends it again unchanged.
+
+    The body is encoded once, when the request is built, not on every try.
+    `retry_statuses` are the answers that mean "repeat the call".
+    """
+
+    method: str
+    path: str
+    content: bytes | None = None
+    params: dict[str, str] | None = None
+    retry_statuses: Collection[int] = RETRY_STATUSES
+
+    @classmethod
+    def json(
+        cls, method: str, path: str, payload: Any, *, params: dict[str, str] | None = None
+    ) -> WireRequest:
+        """A request with `payload` as its compact JSON body."""
+        return cls(method, path, encode_json(payload), params)
+
+    def send_options(self) -> dict[str, Any]:
+        """Keyword arguments of httpx's `Client.request` and `AsyncClient.request`."""
+        return {
+            "method": self.method,
+            "url": self.path,
+            "content": self.content,
+            "params": self.params,
+            "headers": None if self.content is None else _JSON_CONTENT,
+        }
+
+
+HEALTH_REQUEST = WireRequest("GET", "/health")
+# /ready answers 503 to say "not ready": an answer to report, not to repeat.
+READY_REQUEST = WireRequest("GET", "/ready", retry_statuses=frozenset())
+
+
 def decode_body(response: httpx.Response) -> Any:
     """The parsed JSON body (httpx already undid zstd), the text when it is not JSON."""
     content = response.content
@@ -95,6 +147,16 @@ def parse_answer(response: httpx.Response) -> Any:
 def finalize_params(source: str | None) -> dict[str, str] | None:
     """Query parameters of `POST /finalize`."""
     return None if source is None else {"source": source}
+
+
+def finalize_request(record: dict[str, Any], source: str | None) -> WireRequest:
+    """`POST /finalize` of one record, from `source` (the service's default when None)."""
+    return WireRequest.json("POST", "/finalize", record, params=finalize_params(source))
+
+
+def read_finalized(response: httpx.Response) -> Finalized:
+    """A `/finalize` answer as a `Finalized`; the matching error for any other answer."""
+    return Finalized.from_answer(parse_answer(response))
 
 
 def retire_payload(
@@ -133,20 +195,21 @@ def read_readiness(response: httpx.Response) -> Readiness:
     return Readiness(ready=response.status_code == 200, status_code=response.status_code, body=body)
 
 
-def read_retired(body: Any) -> bool:
-    """The `retired` flag of a `/retire` answer."""
+def read_retired(response: httpx.Response) -> bool:
+    """The `retired` flag of a `/retire` answer; the matching error for any other answer."""
+    body = parse_answer(response)
     if not isinstance(body, dict) or not isinstance(body.get("retired"), bool):
         raise FinalizerError(f"the retire answer is not {{'retired': bool}}: {body!r:.200}")
     return body["retired"]
 
 
-def retire_target(
+def retire_request(
     finalized: Finalized | None,
     rollout_id: str | None,
     build: dict[str, Any] | None,
     source: str | None,
-) -> dict[str, Any] | None:
-    """The retire body for either calling form; None when there is nothing to retire.
+) -> WireRequest | None:
+    """`POST /retire` for either calling form; None when there is nothing to retire.
 
     A `Finalized` that is not retirable (masked, failed, no build) is answered
     False without asking: the service would refuse it anyway.
@@ -158,7 +221,6 @@ def retire_target(
             raise TypeError(f"retire() expects a Finalized, got {type(finalized).__name__}")
         if not finalized.retirable:
             return None
-        return retire_payload(
-            finalized.rollout_id, finalized.build, finalized.source if source is None else source
-        )
-    return retire_payload(rollout_id, build, source)
+        rollout_id, build = finalized.rollout_id, finalized.build
+        source = finalized.source if source is None else source
+    return WireRequest.json("POST", "/retire", retire_payload(rollout_id, build, source))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from token_finalizer._cli_args import positive_int
 from token_finalizer._constants import (
     BATCH_DEFAULT_CONCURRENCY,
     BATCH_PROGRESS_INTERVAL_S,
@@ -63,16 +64,6 @@ class _UsageError(Exception):
 # ---------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--server", metavar="URL", help="base URL of a running finalizer service")
@@ -86,7 +77,7 @@ def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--concurrency",
-        type=_positive_int,
+        type=positive_int,
         default=BATCH_DEFAULT_CONCURRENCY,
         metavar="K",
         help=f"records handled at once (default {BATCH_DEFAULT_CONCURRENCY})",

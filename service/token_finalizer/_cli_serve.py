@@ -15,7 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from token_finalizer._constants import DEFAULT_HOST, DEFAULT_PORT, GRACEFUL_SHUTDOWN_S
+from token_finalizer._cli_args import positive_int
+from token_finalizer._constants import (
+    DEFAULT_DRAIN_S,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    GRACEFUL_SHUTDOWN_S,
+)
 from token_finalizer.settings import CONFIG_ENV_VAR, ConfigError, load_settings
 
 __all__ = ["HELP", "add_serve_arguments", "serve"]
@@ -24,16 +30,6 @@ HELP = {"serve": "run the finalizer HTTP service (POST /finalize, POST /retire, 
 
 # uvicorn imports this in each worker when --workers > 1.
 _APP_FACTORY = "token_finalizer.api:app_from_environment"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +46,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})"
     )
     parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=DEFAULT_DRAIN_S,
+        metavar="S",
+        help="after SIGTERM keep serving this long with /ready at 503, so load balancers "
+        f"stop sending before the port closes (default {DEFAULT_DRAIN_S:g}; SIGINT skips it)",
+    )
+    parser.add_argument(
         "--workers",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="worker processes (default 1); each opens its own sources and keeps its own "
@@ -101,6 +105,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from token_finalizer._memory import pin_mmap_threshold
+    from token_finalizer.api.app import DRAIN_ENV_VAR
 
     # A long-running server: large answers must give their memory back when freed.
     pin_mmap_threshold()
@@ -116,9 +121,10 @@ def serve(args: argparse.Namespace) -> int:
         if config_path is not None:
             # Workers load the very file the parent just validated.
             os.environ[CONFIG_ENV_VAR] = str(Path(config_path).resolve())
+        os.environ[DRAIN_ENV_VAR] = str(args.drain_seconds)
         uvicorn.run(_APP_FACTORY, factory=True, workers=args.workers, **common)
     else:
         from token_finalizer.api import create_app
 
-        uvicorn.run(create_app(settings), **common)
+        uvicorn.run(create_app(settings, drain_seconds=args.drain_seconds), **common)
     return 0

@@ -35,9 +35,13 @@ HTTP_RETRY_BASE_DELAY_S = 0.1
 HTTP_RETRY_MAX_DELAY_S = 2.0
 HTTP_RETRY_STATUSES = frozenset({502, 503, 504})
 
-# zstd level for large JSON answers: level 3 shrinks a prefix-heavy snapshot to
-# about 1% in tens of milliseconds; higher levels cost far more for little gain.
-ZSTD_LEVEL = 3
+# zstd for JSON answers (snapshots, finalize answers). A snapshot repeats every
+# prompt prefix, so even fast levels shrink it ~50x. Measured on the 5M-token
+# finalize answer (64 MB of JSON): level 2 with a 4 MiB window compresses in
+# 26 ms to 1.09 MB, level 3 takes 47 ms for 1.20 MB. The window stays under the
+# 8 MiB an HTTP zstd decoder may insist on (RFC 9659).
+ZSTD_LEVEL = 2
+ZSTD_WINDOW_LOG = 22
 # Below this size compression costs more than it saves on loopback and LANs.
 ZSTD_MIN_BYTES = 1024
 
@@ -66,17 +70,13 @@ ENCODE_IN_THREAD_MIN_TOKENS = 200_000
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # Seconds uvicorn waits for in-flight requests after SIGTERM before cancelling them.
 GRACEFUL_SHUTDOWN_S = 30.0
+# After SIGTERM, serve on with /ready at 503 this long before closing the port.
+DEFAULT_DRAIN_S = 2.0
 # Finalizes that run at once in one worker process; the rest wait their turn on
 # the event loop. Builds are CPU-bound Python, so more of them at once only
 # fight over the GIL (measured: ~35% more CPU per finalize at 64 than at 4),
 # and the bound also caps the memory of concurrent large builds.
 FINALIZE_CONCURRENCY = 4
-# zstd for large finalize answers (encoded from spliced pieces). Measured on the
-# 5M-token answer (64 MB of JSON): level 2 with a 4 MiB window compresses in
-# 26 ms to 1.09 MB, level 3 (ZSTD_LEVEL) takes 47 ms for 1.20 MB. The window
-# stays under the 8 MiB an HTTP zstd decoder may insist on (RFC 9659).
-LARGE_ANSWER_ZSTD_LEVEL = 2
-LARGE_ANSWER_ZSTD_WINDOW_LOG = 22
 
 # ---------------------------------------------------------------------------
 # Remote capture stores: the http source and the store server (protocol v1)

@@ -7,15 +7,22 @@ client asks for it, since a snapshot repeats every prompt prefix.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import zstandard
 from starlette.responses import Response
 
-from token_finalizer._constants import ZSTD_LEVEL, ZSTD_MIN_BYTES
+from token_finalizer._constants import ZSTD_LEVEL, ZSTD_MIN_BYTES, ZSTD_WINDOW_LOG
 
-__all__ = ["accepts_zstd", "encode_json", "error_response", "json_response"]
+__all__ = [
+    "accepts_zstd",
+    "encode_json",
+    "encoded_response",
+    "error_response",
+    "json_response",
+]
 
 _JSON = "application/json"
 
@@ -47,14 +54,46 @@ def json_response(
     headers: dict[str, str] | None = None,
 ) -> Response:
     """A JSON answer, zstd-compressed when the client accepts it and it is worth it."""
-    body = encode_json(payload)
+    return encoded_response(
+        encode_json(payload),
+        status_code=status_code,
+        accept_encoding=accept_encoding,
+        headers=headers,
+    )
+
+
+def _zstd(pieces: Sequence[bytes], size: int) -> bytes:
+    # One frame that records its content size, so one-shot decoders work too;
+    # a fresh compressor per answer, since compressors are not thread-safe.
+    params = zstandard.ZstdCompressionParameters.from_level(
+        ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG, source_size=size
+    )
+    stream = zstandard.ZstdCompressor(compression_params=params).compressobj(size=size)
+    return b"".join([*(stream.compress(piece) for piece in pieces), stream.flush()])
+
+
+def encoded_response(
+    body: bytes | Sequence[bytes],
+    *,
+    status_code: int = 200,
+    accept_encoding: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """An already-encoded JSON body, or its pieces in order, compressed when accepted.
+
+    Pieces are compressed as one stream and never joined uncompressed: a large
+    answer spliced from shared parts does not pay for a 64 MB copy.
+    """
+    pieces = [body] if isinstance(body, bytes) else list(body)
+    size = sum(len(piece) for piece in pieces)
     extra = dict(headers or {})
-    if len(body) >= ZSTD_MIN_BYTES and accepts_zstd(accept_encoding):
-        # A fresh compressor per answer: ZstdCompressor is not safe across threads.
-        body = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
+    if size >= ZSTD_MIN_BYTES and accepts_zstd(accept_encoding):
+        content = _zstd(pieces, size)
         extra["Content-Encoding"] = "zstd"
         extra["Vary"] = "Accept-Encoding"
-    return Response(body, status_code=status_code, media_type=_JSON, headers=extra)
+    else:
+        content = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    return Response(content, status_code=status_code, media_type=_JSON, headers=extra)
 
 
 def error_response(status_code: int, message: str, **details: Any) -> Response:

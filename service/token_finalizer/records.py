@@ -25,6 +25,7 @@ __all__ = [
     "Snapshot",
     "TokenEntry",
     "dumps_entry_line",
+    "ids_from_text",
     "loads_json",
 ]
 
@@ -74,7 +75,7 @@ _LIFT_PLACEHOLDER = "\u0000lifted token ids\u0000"
 _ID_BYTES = b"0123456789,"
 
 
-def _ids_from_text(segment: bytes) -> np.ndarray | None:
+def ids_from_text(segment: bytes) -> np.ndarray | None:
     """Parse `1,2,3` straight into int32 without Python ints; None when unsure."""
     if not segment:
         return _EMPTY_IDS
@@ -106,7 +107,7 @@ def _loads_lifting_token_ids(line: bytes) -> Any:
             continue
         begin = start + len(key)
         end = text.find(b"]", begin)
-        ids = _ids_from_text(text[begin:end]) if end >= 0 else None
+        ids = ids_from_text(text[begin:end]) if end >= 0 else None
         if ids is None:
             continue
         name = key[1 : key.index(b'"', 1)].decode()
@@ -253,17 +254,25 @@ class TokenEntry:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
         return cls.from_dict(data)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types (lists, not arrays), extra fields included."""
+    def to_dict(self, *, as_lists: bool = True) -> dict[str, Any]:
+        """The entry as JSON-ready fields, extra fields included.
+
+        With `as_lists=False` the token arrays stay numpy arrays, for callers
+        that encode with orjson directly and must not build millions of ints.
+        """
+
+        def plain(array: np.ndarray) -> Any:
+            return array.tolist() if as_lists else array
+
         data: dict[str, Any] = dict(self.extra)
         data.update(
             schema_version=self.schema_version,
             rollout_id=self.rollout_id,
             model_call_id=self.model_call_id,
             model=self.model,
-            prompt_token_ids=self.prompt_token_ids.tolist(),
-            generation_token_ids=self.generation_token_ids.tolist(),
-            generation_log_probs=self.generation_log_probs.tolist(),
+            prompt_token_ids=plain(self.prompt_token_ids),
+            generation_token_ids=plain(self.generation_token_ids),
+            generation_log_probs=plain(self.generation_log_probs),
             output_items=self.output_items,
             token_item_index=self.token_item_index,
             created_at=self.created_at,

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -70,23 +72,33 @@ def running_app(app: Any, *, health_path: str = "/health", **config: Any) -> Ite
 def running_process(
     args: list[str], *, port: int, health_path: str = "/health", env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen]:
-    """Run `python -m token_finalizer.cli ARGS` until the block ends; yield the process."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "token_finalizer.cli", *args],
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_health(f"http://127.0.0.1:{port}{health_path}", process=process)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
+    """Run `python -m token_finalizer.cli ARGS` until the block ends; yield the process.
+
+    Its output goes to a temporary file (a pipe nobody reads would block a
+    chatty server) and is shown if the server never becomes healthy. The
+    process is stopped with SIGINT, which skips the SIGTERM drain window.
+    """
+    with tempfile.TemporaryFile() as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "token_finalizer.cli", *args],
+            env={**os.environ, **(env or {})},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        try:
             try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+                wait_for_health(f"http://127.0.0.1:{port}{health_path}", process=process)
+            except (RuntimeError, TimeoutError) as exc:
+                output.seek(0)
+                raise RuntimeError(
+                    f"{exc}; its output:\n{output.read().decode()[-4000:]}"
+                ) from None
+            yield process
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()

@@ -2,14 +2,17 @@
 
 Sources are opened once when the app starts and closed when it stops, so
 connection pools and directories are shared by every request. On SIGTERM
-uvicorn stops accepting connections and lets in-flight finalizes finish; the
-app marks itself draining at once so /ready answers 503 from then on.
+the app marks itself draining (/ready answers 503) and keeps serving for
+`drain_seconds`; then uvicorn stops accepting connections and lets in-flight
+finalizes finish.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -29,33 +32,50 @@ from token_finalizer.api.state import ServiceState
 from token_finalizer.protocols import TokenSource
 from token_finalizer.settings import Settings, load_settings
 
-__all__ = ["app_from_environment", "create_app"]
+__all__ = ["DRAIN_ENV_VAR", "app_from_environment", "create_app"]
+
+# How `serve --workers N` hands --drain-seconds to the worker processes.
+DRAIN_ENV_VAR = "TOKEN_FINALIZER_DRAIN_SECONDS"
 
 logger = logging.getLogger(__name__)
 
 _DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def _chain_drain_signals(state: ServiceState) -> Callable[[], None]:
-    """Mark `state` draining on SIGTERM/SIGINT, then run the handler already installed.
+def _chain_drain_signals(state: ServiceState, drain_seconds: float) -> Callable[[], None]:
+    """On SIGTERM: answer /ready 503 for `drain_seconds` while still serving, then shut down.
 
-    uvicorn installs its own handlers before the lifespan starts; we run first
-    and hand over. Returns a function that restores the previous handlers.
-    Signals can only be handled in the main thread: elsewhere (an app served
-    from a test thread) nothing is installed.
+    Load balancers and orchestrators take a probe or two to notice that a
+    process is going away; during that window requests keep arriving and are
+    served normally. Only then is uvicorn's own handler (installed before the
+    lifespan starts) called, which stops accepting and lets in-flight
+    requests finish. SIGINT, or a second SIGTERM, hands over at once.
+    Returns a function that restores the previous handlers. Signals can only
+    be handled in the main thread: elsewhere (an app served from a test
+    thread) nothing is installed.
     """
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = {sig: signal.getsignal(sig) for sig in _DRAIN_SIGNALS}
+    loop = asyncio.get_running_loop()
 
-    def on_signal(sig: int, frame: Any) -> None:
-        state.begin_draining()
+    def hand_over(sig: int, frame: Any) -> None:
         handler = previous[sig]
         if callable(handler):
             handler(sig, frame)
         elif handler != signal.SIG_IGN:
             signal.signal(sig, signal.SIG_DFL)
             signal.raise_signal(sig)
+
+    def on_signal(sig: int, frame: Any) -> None:
+        already_draining = state.draining
+        state.begin_draining()
+        if sig == signal.SIGTERM and drain_seconds > 0 and not already_draining:
+            logger.info("SIGTERM: draining for %.1f s before shutting down", drain_seconds)
+            # call_soon_threadsafe is the signal-safe way into a running loop.
+            loop.call_soon_threadsafe(loop.call_later, drain_seconds, hand_over, sig, frame)
+            return
+        hand_over(sig, frame)
 
     for sig in _DRAIN_SIGNALS:
         signal.signal(sig, on_signal)
@@ -67,8 +87,16 @@ def _chain_drain_signals(state: ServiceState) -> Callable[[], None]:
     return restore
 
 
-def create_app(settings: Settings, *, sources: Mapping[str, TokenSource] | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    sources: Mapping[str, TokenSource] | None = None,
+    drain_seconds: float = 0.0,
+) -> FastAPI:
     """The finalizer HTTP service over `settings`.
+
+    `drain_seconds` is how long a SIGTERM keeps the process serving with /ready
+    at 503 before it stops accepting connections (see `_chain_drain_signals`).
 
     `sources` lets an embedding program plug in its own TokenSource objects by
     name (used instead of a configured source of the same name, or added to
@@ -84,7 +112,7 @@ def create_app(settings: Settings, *, sources: Mapping[str, TokenSource] | None 
         registry = SourceRegistry.open(settings, metrics, sources)
         state = ServiceState(settings=settings, sources=registry, metrics=metrics, guard=guard)
         app.state.service = state
-        restore_signals = _chain_drain_signals(state)
+        restore_signals = _chain_drain_signals(state, drain_seconds)
         logger.info("token-finalizer ready; sources: %s", ", ".join(registry.names))
         try:
             yield
@@ -114,4 +142,5 @@ def app_from_environment() -> FastAPI:
     # Each worker is its own process: pin glibc's mmap threshold here too, so
     # freed large answers go back to the OS (see token_finalizer._memory).
     pin_mmap_threshold()
-    return create_app(load_settings())
+    drain = os.environ.get(DRAIN_ENV_VAR)
+    return create_app(load_settings(), drain_seconds=float(drain) if drain else 0.0)

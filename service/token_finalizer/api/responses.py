@@ -6,17 +6,13 @@ import functools
 from typing import Any
 
 import anyio.to_thread
-import zstandard
 from starlette.requests import Request
 from starlette.responses import Response
 
-from token_finalizer._constants import LARGE_ANSWER_ZSTD_LEVEL, LARGE_ANSWER_ZSTD_WINDOW_LOG
-from token_finalizer._web import accepts_zstd, json_response
+from token_finalizer._web import encoded_response, json_response
 from token_finalizer.api.encoding import finalize_answer_pieces
 
 __all__ = ["answer", "encode_answer"]
-
-_JSON = "application/json"
 
 
 def encode_answer(payload: Any, accept_encoding: str | None) -> Response:
@@ -28,18 +24,7 @@ def encode_answer(payload: Any, accept_encoding: str | None) -> Response:
     pieces = finalize_answer_pieces(payload)
     if pieces is None:
         return json_response(payload, accept_encoding=accept_encoding)
-    if not accepts_zstd(accept_encoding):
-        return Response(b"".join(pieces), media_type=_JSON)
-    # One frame carrying its content size, as ZstdCompressor.compress writes it,
-    # so one-shot decoders work too. A fresh compressor per answer: not thread-safe.
-    size = sum(len(piece) for piece in pieces)
-    params = zstandard.ZstdCompressionParameters.from_level(
-        LARGE_ANSWER_ZSTD_LEVEL, window_log=LARGE_ANSWER_ZSTD_WINDOW_LOG, source_size=size
-    )
-    stream = zstandard.ZstdCompressor(compression_params=params).compressobj(size=size)
-    body = b"".join([*(stream.compress(piece) for piece in pieces), stream.flush()])
-    headers = {"Content-Encoding": "zstd", "Vary": "Accept-Encoding"}
-    return Response(body, media_type=_JSON, headers=headers)
+    return encoded_response(pieces, accept_encoding=accept_encoding)
 
 
 async def answer(request: Request, payload: Any, *, large: bool = False) -> Response:

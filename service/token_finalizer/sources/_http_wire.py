@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import zstandard
 
-from token_finalizer.records import _ids_from_text, loads_json
+from token_finalizer.records import ids_from_text, loads_json
 
 __all__ = ["AnswerError", "loads_snapshot", "unzstd"]
 
@@ -103,7 +103,7 @@ def loads_snapshot(content: bytes) -> Any:
         start, key = min(found)
         begin = start + len(key)
         end = content.find(b"]", begin)
-        ids = _ids_from_text(content[begin:end]) if end >= 0 else None
+        ids = ids_from_text(content[begin:end]) if end >= 0 else None
         if ids is None:  # not a plain list of ids: the ordinary parse handles it
             next_at[key] = content.find(key, begin)
             continue

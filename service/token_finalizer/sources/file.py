@@ -20,10 +20,10 @@ import fcntl
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -36,6 +36,7 @@ from token_finalizer.sources._state import CaptureState, PutDecision, line_diges
 __all__ = ["FileTokenStore", "FrozenLines", "SweptCapture"]
 
 _SUFFIX = ".tokens"
+_Content = TypeVar("_Content")
 _STATE_SUFFIX = ".tokens.state.json"
 _JSONL_SUFFIX = ".tokens.jsonl"
 
@@ -88,6 +89,15 @@ def _append_durably(path: Path, data: bytes) -> None:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def _read_indexed(paths: _Paths, state: CaptureState) -> bytes:
+    """The indexed part of the jsonl file (nothing past the last acknowledged line)."""
+    try:
+        with open(paths.jsonl, "rb") as handle:
+            return handle.read(state.indexed_size)
+    except FileNotFoundError:
+        return b""
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -301,7 +311,14 @@ class FileTokenStore:
                 entries.setdefault(entry.model_call_id, entry)
         return tuple(entries.values())
 
-    def _freeze(self, rollout_id: str) -> Snapshot:
+    def _frozen(
+        self, rollout_id: str, read: Callable[[_Paths, CaptureState], _Content]
+    ) -> tuple[_Content, CaptureState, bool]:
+        """Freeze (idempotent) and `read` the capture inside the same critical section.
+
+        Returns what `read` returned, the frozen state, and whether the
+        snapshot is incomplete (a call marked failed, or announced and missing).
+        """
         paths = _Paths(self.directory, rollout_id)
         with self._locked(paths, exclusive=True):
             state = self._read_state(paths)
@@ -311,12 +328,18 @@ class FileTokenStore:
             finally:
                 if changed:
                     self._write_state(paths, state)
-            entries = self._read_entries(paths, state, rollout_id)
+            content = read(paths, state)
             missing = set(_read_lines(paths.intents)) - state.entry_digests.keys()
+        return content, state, state.incomplete or bool(missing)
+
+    def _freeze(self, rollout_id: str) -> Snapshot:
+        entries, state, incomplete = self._frozen(
+            rollout_id, lambda paths, state: self._read_entries(paths, state, rollout_id)
+        )
         return Snapshot(
             rollout_id=rollout_id,
             entries=entries,
-            incomplete=state.incomplete or bool(missing),
+            incomplete=incomplete,
             snapshot_id=str(state.snapshot_id),
             version=state.version,
         )
@@ -341,25 +364,11 @@ class FileTokenStore:
         """Freeze (idempotent) and read the rollout's immutable snapshot."""
         return await asyncio.to_thread(self._freeze, rollout_id)
 
-    # Added for the store server (issue 4): a remote freeze must not parse 30 MB
-    # of entries only to encode them again; the reader validates them anyway.
+    # The store server's fast path: a remote freeze must not parse 30 MB of
+    # entries only to encode them again; the reader validates them anyway.
     def _freeze_lines(self, rollout_id: str) -> FrozenLines:
-        """`_freeze` (the same critical section), keeping the entry lines as stored."""
-        paths = _Paths(self.directory, rollout_id)
-        with self._locked(paths, exclusive=True):
-            state = self._read_state(paths)
-            changed = self._index_tail(paths, state)
-            try:
-                changed = state.freeze(rollout_id) or changed
-            finally:
-                if changed:
-                    self._write_state(paths, state)
-            try:
-                with open(paths.jsonl, "rb") as handle:
-                    data = handle.read(state.indexed_size)
-            except FileNotFoundError:
-                data = b""
-            missing = set(_read_lines(paths.intents)) - state.entry_digests.keys()
+        """`_freeze`, keeping the entry lines as stored instead of parsing them."""
+        data, state, incomplete = self._frozen(rollout_id, _read_indexed)
         lines = [line for line in data.split(b"\n") if line.strip()]
         if len(lines) > len(state.entry_digests):
             # A call re-sent by its writer may be stored twice, byte for byte: keep it once.
@@ -367,7 +376,7 @@ class FileTokenStore:
         return FrozenLines(
             rollout_id=rollout_id,
             lines=tuple(lines),
-            incomplete=state.incomplete or bool(missing),
+            incomplete=incomplete,
             snapshot_id=str(state.snapshot_id),
             version=state.version,
         )

@@ -13,46 +13,23 @@ from typing import Any
 
 import numpy as np
 import orjson
-import zstandard
 from starlette.responses import Response
 
 from token_finalizer._constants import (
     STORE_ENCODE_IN_THREAD_MIN_BYTES,
     STORE_ENCODE_IN_THREAD_MIN_TOKENS,
-    ZSTD_LEVEL,
-    ZSTD_MIN_BYTES,
 )
-from token_finalizer._web import accepts_zstd, json_response
-from token_finalizer.records import Snapshot, TokenEntry
+from token_finalizer._web import encoded_response, json_response
+from token_finalizer.records import Snapshot
 from token_finalizer.sources.file import FrozenLines
 
-__all__ = ["entry_wire", "freeze_answer"]
-
-
-def entry_wire(entry: TokenEntry) -> dict[str, Any]:
-    """One entry as JSON-ready fields, token arrays left as numpy arrays."""
-    wire: dict[str, Any] = dict(entry.extra)
-    wire.update(
-        schema_version=entry.schema_version,
-        rollout_id=entry.rollout_id,
-        model_call_id=entry.model_call_id,
-        model=entry.model,
-        prompt_token_ids=entry.prompt_token_ids,
-        generation_token_ids=entry.generation_token_ids,
-        generation_log_probs=entry.generation_log_probs,
-        output_items=entry.output_items,
-        token_item_index=entry.token_item_index,
-        created_at=entry.created_at,
-    )
-    if entry.routed_experts is not None:
-        wire["routed_experts"] = entry.routed_experts
-    return wire
+__all__ = ["freeze_answer"]
 
 
 def _snapshot_payload(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "rollout_id": snapshot.rollout_id,
-        "entries": [entry_wire(entry) for entry in snapshot.entries],
+        "entries": [entry.to_dict(as_lists=False) for entry in snapshot.entries],
         "incomplete": snapshot.incomplete,
         "snapshot_id": snapshot.snapshot_id,
         "version": snapshot.version,
@@ -61,15 +38,6 @@ def _snapshot_payload(snapshot: Snapshot) -> dict[str, Any]:
 
 def _all_finite(snapshot: Snapshot) -> bool:
     return all(bool(np.isfinite(e.generation_log_probs).all()) for e in snapshot.entries)
-
-
-def _encoded_answer(body: bytes, accept_encoding: str | None) -> Response:
-    """An already-encoded JSON body, compressed as `_web.json_response` would do it."""
-    headers: dict[str, str] = {}
-    if len(body) >= ZSTD_MIN_BYTES and accepts_zstd(accept_encoding):
-        body = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(body)
-        headers = {"Content-Encoding": "zstd", "Vary": "Accept-Encoding"}
-    return Response(body, media_type="application/json", headers=headers)
 
 
 def _stdlib_answer(payload: dict[str, Any], accept_encoding: str | None) -> Response:
@@ -82,7 +50,9 @@ def _stdlib_answer(payload: dict[str, Any], accept_encoding: str | None) -> Resp
         for key, value in entry.items():
             if isinstance(value, np.ndarray):
                 entry[key] = value.tolist()
-    return _encoded_answer(json.dumps(payload, separators=(",", ":")).encode(), accept_encoding)
+    return encoded_response(
+        json.dumps(payload, separators=(",", ":")).encode(), accept_encoding=accept_encoding
+    )
 
 
 def _snapshot_answer(snapshot: Snapshot, accept_encoding: str | None) -> Response:
@@ -109,7 +79,7 @@ def _lines_answer(frozen: FrozenLines, accept_encoding: str | None) -> Response:
             orjson.dumps(tail)[1:],
         )
     )
-    return _encoded_answer(body, accept_encoding)
+    return encoded_response(body, accept_encoding=accept_encoding)
 
 
 async def freeze_answer(store: Any, rollout_id: str, accept_encoding: str | None) -> Response:
