@@ -115,19 +115,9 @@ class InProcessTarget:
     def __init__(
         self, settings: Settings, *, run_id: str | None = None, source: str | None = None
     ) -> None:
-        from token_finalizer.api.guard import MaskFractionGuard
-        from token_finalizer.api.metrics import ServiceMetrics
-        from token_finalizer.api.registry import SourceRegistry
         from token_finalizer.api.state import ServiceState
 
-        metrics = ServiceMetrics()
-        capture = settings.token_id_capture
-        self._state = ServiceState(
-            settings=settings,
-            sources=SourceRegistry.open(settings, metrics),
-            metrics=metrics,
-            guard=MaskFractionGuard(capture.max_mask_fraction, capture.mask_fraction_min_samples),
-        )
+        self._state = ServiceState.open(settings)
         self._run_id = run_id or DEFAULT_RUN_ID
         self._source = source
 

@@ -24,9 +24,7 @@ from token_finalizer import __version__
 from token_finalizer._memory import pin_mmap_threshold
 from token_finalizer.api.access_log import AccessLogMiddleware
 from token_finalizer.api.errors import install_error_handlers
-from token_finalizer.api.guard import MaskFractionGuard
 from token_finalizer.api.metrics import ServiceMetrics
-from token_finalizer.api.registry import SourceRegistry
 from token_finalizer.api.routes import router
 from token_finalizer.api.state import ServiceState
 from token_finalizer.protocols import TokenSource
@@ -104,13 +102,11 @@ def create_app(
     opened at start-up and closed at shutdown.
     """
     metrics = ServiceMetrics()
-    capture = settings.token_id_capture
-    guard = MaskFractionGuard(capture.max_mask_fraction, capture.mask_fraction_min_samples)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        registry = SourceRegistry.open(settings, metrics, sources)
-        state = ServiceState(settings=settings, sources=registry, metrics=metrics, guard=guard)
+        state = ServiceState.open(settings, sources=sources, metrics=metrics)
+        registry = state.sources
         app.state.service = state
         restore_signals = _chain_drain_signals(state, drain_seconds)
         logger.info("token-finalizer ready; sources: %s", ", ".join(registry.names))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from token_finalizer._constants import FINALIZE_CONCURRENCY
 from token_finalizer.api.guard import MaskFractionGuard
 from token_finalizer.api.metrics import ServiceMetrics
 from token_finalizer.api.registry import SourceRegistry
+from token_finalizer.protocols import TokenSource
 from token_finalizer.settings import Settings
 
 __all__ = ["ServiceState"]
@@ -26,6 +28,24 @@ class ServiceState:
     finalize_slots: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(FINALIZE_CONCURRENCY)
     )
+
+    @classmethod
+    def open(
+        cls,
+        settings: Settings,
+        *,
+        sources: Mapping[str, TokenSource] | None = None,
+        metrics: ServiceMetrics | None = None,
+    ) -> ServiceState:
+        """Open every configured source (plus `sources` given in code) with fresh counts."""
+        metrics = ServiceMetrics() if metrics is None else metrics
+        capture = settings.token_id_capture
+        return cls(
+            settings=settings,
+            sources=SourceRegistry.open(settings, metrics, sources),
+            metrics=metrics,
+            guard=MaskFractionGuard(capture.max_mask_fraction, capture.mask_fraction_min_samples),
+        )
 
     def begin_draining(self) -> None:
         """From now on /ready answers 503: the process is shutting down."""
