@@ -69,11 +69,15 @@ from token_finalizer_client._wire import retire_payload
 
 WORKERS = 2
 WARMUP_S = 3.0
+# The warm-up repeats large finalizes until every worker has served one (each
+# worker's first one allocates for good what later ones reuse), up to this many.
+WARM_LARGE_MAX = 2 * WORKERS
 # Quiet time before the start and end RSS samples, so that both are taken
 # with no request in flight and compare what the workers retain.
 SETTLE_S = 1.0
 RSS_INTERVAL_S = 0.5
 RSS_GROWTH_TARGET = 0.10
+RSS_TREND_PARTS = 5  # growth that levels off vs growth that goes on
 REQUEST_TIMEOUT_S = 120.0
 ACCEPT_ENCODING = "zstd"  # what the client package asks for (it adds gzip, never used)
 WRITE_CHUNK = 200  # small rollouts per writer task
@@ -180,6 +184,34 @@ def _role(pid: int, root: int) -> str:
     return "tracker" if b"resource_tracker" in command else "worker"
 
 
+def _server_socket_inode(server_port: int, client_port: int) -> int | None:
+    """The inode of the service's end of our loopback connection, from /proc/net/tcp."""
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if (local_port, remote_port) == (server_port, client_port):
+                return int(fields[9])
+    return None
+
+
+def serving_process(pids: list[int], server_port: int, client_port: int) -> int | None:
+    """Which of `pids` holds the accepted end of the connection from `client_port`."""
+    inode = _server_socket_inode(server_port, client_port)
+    if inode is None:
+        return None
+    target = f"socket:[{inode}]"
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                        return pid
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class RssSample:
     """The RSS of every process of the service's tree at one moment."""
@@ -191,9 +223,16 @@ class RssSample:
     def total_mb(self) -> float:
         return sum(kib for _, kib in self.by_process.values()) / 1024
 
+    @property
+    def workers(self) -> list[int]:
+        return sorted(pid for pid, (role, _) in self.by_process.items() if role == "worker")
+
     def breakdown(self) -> str:
-        parts = sorted(self.by_process.values(), key=lambda part: (part[0] != "parent", part[0]))
-        return ", ".join(f"{role} {kib / 1024:.0f}" for role, kib in parts)
+        order = {"parent": 0, "worker": 1}
+        parts = sorted(
+            self.by_process.items(), key=lambda item: (order.get(item[1][0], 2), item[0])
+        )
+        return ", ".join(f"{role} {pid} {kib / 1024:.0f}" for pid, (role, kib) in parts)
 
 
 class RssSampler:
@@ -223,11 +262,11 @@ class RssSampler:
             self.samples.append(sample)
         return sample
 
-    def peak(self, since: float, until: float) -> RssSample:
-        """The sample with the largest total between two moments (both included)."""
+    def between(self, first: RssSample, last: RssSample) -> list[RssSample]:
+        """The samples from `first` to `last` (both included), in time order."""
         with self._lock:
-            window = [s for s in self.samples if since <= s.at <= until]
-        return max(window, key=lambda sample: sample.total_mb)
+            window = [s for s in self.samples if first.at <= s.at <= last.at]
+        return sorted(window, key=lambda sample: sample.at)
 
     def _run(self) -> None:
         while not self._stop.wait(RSS_INTERVAL_S):
@@ -279,6 +318,13 @@ class Connection:
             await self.close()
         return response
 
+    def served_by(self, pids: list[int]) -> int | None:
+        """Which of the service's processes accepted this connection (None if closed)."""
+        if self._streams is None:
+            return None
+        client_port = self._streams[1].get_extra_info("sockname")[1]
+        return serving_process(pids, self.port, client_port)
+
     async def close(self) -> None:
         if self._streams is not None:
             writer = self._streams[1]
@@ -324,6 +370,8 @@ class CycleStats:
     finalized_in_time: int = 0
     retired_in_time: int = 0
     exhausted: bool = False
+    # worker pid (0: unknown) -> small connections, or large finalizes, it served
+    by_worker: Counter[int] = field(default_factory=Counter)
 
 
 Reader = Callable[[RawResponse], Awaitable[AnswerSummary]]
@@ -332,8 +380,9 @@ Reader = Callable[[RawResponse], Awaitable[AnswerSummary]]
 class Traffic:
     """The clients of the run; errors and every rollout's outcome accumulate across phases."""
 
-    def __init__(self, port: int, decoder: concurrent.futures.Executor) -> None:
+    def __init__(self, port: int, workers: list[int], decoder: concurrent.futures.Executor) -> None:
         self.port = port
+        self.workers = workers
         self.decoder = decoder
         self.errors: Counter[tuple[str, str]] = Counter()
         # rollout id -> retired | kept | masked | not retirable | failed | retire unknown
@@ -406,6 +455,7 @@ class Traffic:
         # Clients arrive one by one, so that both workers get connections (see bench.service).
         await asyncio.sleep(index * RAMP_UP_S / clients)
         connection = Connection(self.port)
+        placed = False
         try:
             while time.perf_counter() < stats.stop_at:
                 rollout_id = next(rollouts, None)
@@ -413,46 +463,84 @@ class Traffic:
                     stats.exhausted = True
                     return
                 await self.cycle(connection, rollout_id, stats, self._read_here)
+                if not placed:
+                    stats.by_worker[connection.served_by(self.workers) or 0] += 1
+                    placed = True
+        finally:
+            await connection.close()
+
+    async def _large_cycle(self, rollout_id: str, stats: CycleStats) -> None:
+        # A fresh connection each time: uvicorn closes keep-alive connections idle
+        # for 5 s, and a request racing that close would count as a failure.
+        connection = Connection(self.port)
+        try:
+            await self.cycle(connection, rollout_id, stats, self._read_elsewhere)
+            stats.by_worker[connection.served_by(self.workers) or 0] += 1
         finally:
             await connection.close()
 
     async def large_client(self, rollout_ids: list[str], every: float, stats: CycleStats) -> None:
+        """One large finalize every `every` seconds (at once if the previous one ran late)."""
         started = time.perf_counter()
         for turn, rollout_id in enumerate(rollout_ids):
             await asyncio.sleep(max(0.0, started + turn * every - time.perf_counter()))
-            # A fresh connection each time: uvicorn closes keep-alive connections idle
-            # for 5 s, and a request racing that close would count as a failure.
-            connection = Connection(self.port)
-            try:
-                await self.cycle(connection, rollout_id, stats, self._read_elsewhere)
-            finally:
-                await connection.close()
+            await self._large_cycle(rollout_id, stats)
+
+    async def warm_large(self, rollout_ids: list[str], stats: CycleStats) -> None:
+        """Large finalizes one after another until every worker has served one."""
+        for rollout_id in rollout_ids:
+            if set(self.workers) <= set(stats.by_worker):
+                return
+            await self._large_cycle(rollout_id, stats)
 
     async def phase(
         self,
         seconds: float,
         clients: int,
         rollouts: Iterator[str],
-        large_ids: list[str],
-        every: float,
+        large: Callable[[CycleStats], Awaitable[None]],
     ) -> tuple[CycleStats, CycleStats]:
-        """Run all clients for `seconds`; requests in flight then are finished, not cut."""
+        """Small clients for `seconds` alongside `large`; requests in flight are finished."""
         stop_at = time.perf_counter() + seconds
-        small, large = CycleStats(stop_at), CycleStats(stop_at)
+        small_stats, large_stats = CycleStats(stop_at), CycleStats(stop_at)
         await asyncio.gather(
-            *(self.small_client(index, clients, rollouts, small) for index in range(clients)),
-            self.large_client(large_ids, every, large),
+            *(self.small_client(index, clients, rollouts, small_stats) for index in range(clients)),
+            large(large_stats),
         )
-        return small, large
+        return small_stats, large_stats
 
 
 @dataclass
 class RunResult:
+    warm_large: CycleStats
     small: CycleStats
     large: CycleStats
-    rss_start: RssSample
-    rss_peak: RssSample
-    rss_end: RssSample
+    rss: list[RssSample]  # from the start sample to the end sample
+
+    @property
+    def rss_start(self) -> RssSample:
+        return self.rss[0]
+
+    @property
+    def rss_end(self) -> RssSample:
+        return self.rss[-1]
+
+    @property
+    def rss_peak(self) -> RssSample:
+        return max(self.rss, key=lambda sample: sample.total_mb)
+
+    def rss_floors(self, parts: int) -> list[float]:
+        """The lowest total in each of `parts` equal stretches of the run, MB.
+
+        Transient buffers of a large finalize come and go; the floor is what stays.
+        """
+        began, span = self.rss_start.at, self.rss_end.at - self.rss_start.at
+        floors = []
+        for part in range(parts):
+            low, high = began + span * part / parts, began + span * (part + 1) / parts
+            window = [s.total_mb for s in self.rss if low <= s.at <= high]
+            floors.append(min(window) if window else math.nan)
+        return floors
 
 
 async def drive(
@@ -464,15 +552,33 @@ async def drive(
 ) -> RunResult:
     """Warm up, settle, sample; run the measured traffic; settle, sample."""
     rollouts = iter(small_ids)
-    await traffic.phase(WARMUP_S, args.clients, rollouts, large_ids[:1], args.large_every)
+    warm_ids, measured_ids = large_ids[:WARM_LARGE_MAX], large_ids[WARM_LARGE_MAX:]
+    _, warm_large = await traffic.phase(
+        WARMUP_S, args.clients, rollouts, lambda stats: traffic.warm_large(warm_ids, stats)
+    )
     await asyncio.sleep(SETTLE_S)
     start = sampler.take()
     small, large = await traffic.phase(
-        args.seconds, args.clients, rollouts, large_ids[1:], args.large_every
+        args.seconds,
+        args.clients,
+        rollouts,
+        lambda stats: traffic.large_client(measured_ids, args.large_every, stats),
     )
     await asyncio.sleep(SETTLE_S)
     end = sampler.take()
-    return RunResult(small, large, start, sampler.peak(start.at, end.at), end)
+    return RunResult(warm_large, small, large, sampler.between(start, end))
+
+
+def wait_for_workers(sampler: RssSampler, timeout: float = 20.0) -> list[int]:
+    """The pids of the service's WORKERS worker processes, once they all exist."""
+    deadline = time.monotonic() + timeout
+    while len(workers := sampler.take().workers) < WORKERS:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if len(workers) != WORKERS:
+        raise RuntimeError(f"expected {WORKERS} worker processes, found {workers}")
+    return workers
 
 
 # -- verdict ----------------------------------------------------------------------------
@@ -538,15 +644,7 @@ def _service_log_problems(path: Path) -> list[str]:
     return [line for line in lines if "Traceback" in line or " ERROR " in line]
 
 
-def report(
-    args: argparse.Namespace,
-    result: RunResult,
-    traffic: Traffic,
-    check: CaptureCheck,
-    log_problems: list[str],
-) -> bool:
-    """Print the table and the targets; whether every target passed."""
-    seconds = args.seconds
+def _print_traffic(args: argparse.Namespace, result: RunResult, traffic: Traffic) -> None:
     small, large = result.small, result.large
     # count and latencies: every request of the measured phase, the ones still in
     # flight at the stop included; per s: answers that came before the stop.
@@ -558,35 +656,46 @@ def report(
     )
     print(f"\n{'traffic':<34} {'count':>7} {'per s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for label, latencies, in_time, p99 in rows:
-        print(_row(label, latencies, in_time / seconds, p99=p99))
+        print(_row(label, latencies, in_time / args.seconds, p99=p99))
     errors = ", ".join(
         f"{what} {error}: {n}" for (what, error), n in sorted(traffic.errors.items())
     )
     print(f"errors by status (warm-up included): {errors or 'none'}")
-    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in check.outcomes.most_common())
-    lost = sum(check.lost.values())
-    lost_text = f"{lost}" + (f" ({dict(check.lost)})" if lost else "")
-    print(
-        f"captures ({sum(check.outcomes.values())}): {outcomes}; lost {lost_text}; "
-        f"retired but still present {check.retired_but_present}"
+    served = ", ".join(
+        f"{pid or '?'}: {small.by_worker[pid]}/{large.by_worker[pid]}"
+        for pid in sorted(set(small.by_worker) | set(large.by_worker))
     )
+    print(f"per worker, small connections/large finalizes: {served}")
+    cold = sorted(set(traffic.workers) - set(result.warm_large.by_worker))
+    print(
+        f"warm-up: {len(result.warm_large.finalize)} large finalizes"
+        + (f"; no large one served by {cold}" if cold else ", every worker served one")
+    )
+
+
+def _print_memory(result: RunResult, log_problems: list[str]) -> None:
     start, peak, end = result.rss_start, result.rss_peak, result.rss_end
-    growth = end.total_mb / start.total_mb - 1
     print(
         f"service RSS MB ({len(start.by_process)} processes): start {start.total_mb:.1f}, "
-        f"peak {peak.total_mb:.1f}, end {end.total_mb:.1f} ({100 * growth:+.1f}%)"
+        f"peak {peak.total_mb:.1f}, end {end.total_mb:.1f} "
+        f"({100 * (end.total_mb / start.total_mb - 1):+.1f}%)"
     )
     print(f"  start: {start.breakdown()}\n  peak:  {peak.breakdown()}\n  end:   {end.breakdown()}")
+    floors = ", ".join(f"{floor:.0f}" for floor in result.rss_floors(RSS_TREND_PARTS))
+    print(f"  lowest total in each {100 // RSS_TREND_PARTS}% of the run: {floors}")
     print(f"service log: {len(log_problems)} ERROR/Traceback lines")
     for line in log_problems[:10]:
         print(f"  {line}")
 
-    server_errors = sum(n for (_, error), n in traffic.errors.items() if error.startswith("5"))
-    no_answer = sum(
-        n for (_, error), n in traffic.errors.items() if error in ("connection", "timeout")
-    )
-    exhausted = small.exhausted
-    targets = [
+
+def _targets(result: RunResult, traffic: Traffic, lost: int) -> list[tuple[str, bool, str]]:
+    errors = traffic.errors.items()
+    server_errors = sum(n for (_, error), n in errors if error.startswith("5"))
+    no_answer = sum(n for (_, error), n in errors if error in ("connection", "timeout"))
+    growth = result.rss_end.total_mb / result.rss_start.total_mb - 1
+    restarted = result.rss_start.workers != result.rss_end.workers
+    exhausted = result.small.exhausted
+    return [
         ("zero 5xx", server_errors == 0, f"{server_errors}"),
         ("zero lost captures", lost == 0, f"{lost}"),
         (
@@ -595,12 +704,33 @@ def report(
             f"{100 * growth:+.1f}%",
         ),
         ("zero connection errors/timeouts", no_answer == 0, f"{no_answer}"),
+        ("no worker restarted", not restarted, "restarted" if restarted else "same pids"),
         (
             "rollout pool lasted the run",
             not exhausted,
             "exhausted: raise --pool-rate" if exhausted else "ok",
         ),
     ]
+
+
+def report(
+    args: argparse.Namespace,
+    result: RunResult,
+    traffic: Traffic,
+    check: CaptureCheck,
+    log_problems: list[str],
+) -> bool:
+    """Print the table and the targets; whether every target passed."""
+    _print_traffic(args, result, traffic)
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in check.outcomes.most_common())
+    lost = sum(check.lost.values())
+    print(
+        f"captures ({sum(check.outcomes.values())}): {outcomes}; "
+        f"lost {lost}{f' {dict(check.lost)}' if lost else ''}; "
+        f"retired but still present {check.retired_but_present}"
+    )
+    _print_memory(result, log_problems)
+    targets = _targets(result, traffic, lost)
     print("targets:")
     for name, passed, figure in targets:
         print(f"  {name:<34} {_verdict(passed)} ({figure})")
@@ -637,7 +767,8 @@ def main() -> int:
     small_ids = [f"small-{index:06d}" for index in range(small_count)]
     # One for the warm-up, then one per --large-every of the measured run.
     large_ids = [
-        f"large-{index:03d}" for index in range(1 + math.ceil(args.seconds / args.large_every))
+        f"large-{index:03d}"
+        for index in range(WARM_LARGE_MAX + math.ceil(args.seconds / args.large_every))
     ]
     print(
         f"load: {args.seconds:.0f} s of mixed traffic against `token-finalizer serve --workers "
@@ -661,7 +792,7 @@ def main() -> int:
                 running_service(capture_dir, WORKERS, stderr_path=log_path) as service,
                 RssSampler(service.pid) as sampler,
             ):
-                traffic = Traffic(service.port, decoder)
+                traffic = Traffic(service.port, wait_for_workers(sampler), decoder)
                 result = asyncio.run(drive(traffic, sampler, args, small_ids, large_ids))
         check = check_captures(capture_dir, small_ids + large_ids, traffic.outcomes)
         passed = report(args, result, traffic, check, _service_log_problems(log_path))
