@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,14 +223,17 @@ class HttpTokenSource:
             return await asyncio.to_thread(self._snapshot, answer, rollout_id)
         return self._snapshot(answer, rollout_id)
 
-    def _snapshot(self, answer: _Answer, rollout_id: str) -> Snapshot:
-        what = f"the freeze answer for rollout {rollout_id}"
+    def _parsed(self, answer: _Answer, what: str, loads: Callable[[bytes], Any]) -> Any:
         try:
-            body = loads_snapshot(answer.body())
+            return loads(answer.body())
         except ValueError as exc:
             raise SourceUnavailable(
                 f"capture store {self.url}: {what} is not readable JSON ({exc})"
             ) from None
+
+    def _snapshot(self, answer: _Answer, rollout_id: str) -> Snapshot:
+        what = f"the freeze answer for rollout {rollout_id}"
+        body = self._parsed(answer, what, loads_snapshot)
         if not isinstance(body, dict):
             raise SourceUnavailable(f"capture store {self.url}: {what} is not a JSON object")
         if body.get("rollout_id") != rollout_id:
@@ -287,12 +291,7 @@ class HttpTokenSource:
             "POST", path, what, json={"snapshot_id": snapshot_id, "version": version}
         )
         self._check_status(answer, what)
-        try:
-            body = loads_json(answer.body())
-        except ValueError as exc:
-            raise SourceUnavailable(
-                f"capture store {self.url}: the {what} answer is not readable JSON ({exc})"
-            ) from None
+        body = self._parsed(answer, f"the {what} answer", loads_json)
         dropped = body.get("dropped") if isinstance(body, dict) else None
         if not isinstance(dropped, bool):
             raise SourceUnavailable(
