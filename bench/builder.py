@@ -28,7 +28,7 @@ import orjson
 from bench._trie_baseline import build_response
 from tests.support.captures import agent_rollout, record_for
 from token_finalizer import FileTokenStore, TokenEntry
-from token_finalizer._memory import pin_mmap_threshold
+from token_finalizer._memory import tune_allocator
 from token_finalizer._web import encode_json
 from token_finalizer.builder import build_forest
 from token_finalizer.delivery import finalize_record
@@ -96,7 +96,7 @@ async def _write_capture(directory: str) -> int:
 
 async def _finalize_child(directory: str, repeats: int) -> None:
     """Runs in a fresh interpreter that only finalizes, so ru_maxrss is the finalize's own."""
-    pin_mmap_threshold()  # as `token-finalizer serve` does
+    tune_allocator()  # as `token-finalizer serve` does
     store = FileTokenStore(directory)
     before = peak_rss_bytes()
     times = []

@@ -13,15 +13,18 @@ The reliability run of the service, on loopback against the real CLI server
 
 Every finalize takes a fresh rollout. All captures are written beforehand
 with `FileTokenStore.put` (fsynced per call, as model servers write them) by
-several processes, before the clock starts. A warm-up (the same traffic for
-3 s, one large finalize included) precedes the measured run.
+several processes, before the clock starts. A warm-up precedes the measured
+run: the same small traffic for 3 s, and large finalizes until each worker
+has served one.
 
 Reported: small finalizes (count, per second, p50/p99), large finalizes
 (count, p50, max), retires, errors by status (connection errors and timeouts
 included), lost captures (every rollout's state in the store at the end), and
 the service's RSS (uvicorn parent + workers, sampled every 0.5 s) at start
 (idle after the warm-up), peak, and end (idle after the run). Targets: zero
-5xx, zero lost captures, RSS growth end vs start <= 10%. Exits 1 on a FAIL.
+5xx, zero lost captures, RSS growth end vs start <= 10%; also checked: no
+connection errors, no worker restarted, enough rollouts written. Exits 1 on
+a FAIL.
 
 The load generator speaks raw HTTP/1.1 (`bench._common`) and decodes the
 large answers in a separate process, so that it takes as little of the shared
@@ -82,7 +85,6 @@ REQUEST_TIMEOUT_S = 120.0
 ACCEPT_ENCODING = "zstd"  # what the client package asks for (it adds gzip, never used)
 WRITE_CHUNK = 200  # small rollouts per writer task
 WRITE_CONCURRENCY = 8  # puts in flight per writer process: each one waits on fsync
-MB = 1024 * 1024
 
 
 # -- captures -------------------------------------------------------------------------
@@ -512,6 +514,8 @@ class Traffic:
 
 @dataclass
 class RunResult:
+    """What the measured phase saw, and the warm-up's large finalizes."""
+
     warm_large: CycleStats
     small: CycleStats
     large: CycleStats
@@ -765,7 +769,7 @@ def main() -> int:
 
     small_count = math.ceil((WARMUP_S + args.seconds) * args.pool_rate)
     small_ids = [f"small-{index:06d}" for index in range(small_count)]
-    # One for the warm-up, then one per --large-every of the measured run.
+    # Enough for the warm-up, then one per --large-every of the measured run.
     large_ids = [
         f"large-{index:03d}"
         for index in range(WARM_LARGE_MAX + math.ceil(args.seconds / args.large_every))

@@ -104,11 +104,11 @@ def serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from token_finalizer._memory import pin_mmap_threshold
+    from token_finalizer._memory import tune_allocator
     from token_finalizer.api.app import DRAIN_ENV_VAR
 
     # A long-running server: large answers must give their memory back when freed.
-    pin_mmap_threshold()
+    tune_allocator()
     common: dict[str, Any] = {
         "host": args.host,
         "port": args.port,

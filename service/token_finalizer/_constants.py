@@ -104,6 +104,8 @@ STORE_ENCODE_IN_THREAD_MIN_BYTES = 1024 * 1024
 # glibc mmap threshold pinned by long-running commands (see _memory.py): blocks
 # at least this large are mmapped and go back to the OS as soon as they are freed.
 MALLOC_MMAP_THRESHOLD_BYTES = 128 * 1024
+# glibc arenas per process (default: 8 per core); see _memory.py.
+MALLOC_ARENA_MAX = 2
 
 # ---------------------------------------------------------------------------
 # Offline batch commands (token-finalizer finalize / retire)

@@ -1,11 +1,16 @@
 """Keep large transient buffers from pinning memory in a long-running process.
 
 Every finalize of a long rollout allocates tens of MB (token arrays, the
-encoded answer) and frees them again. glibc raises its mmap threshold each
-time such a block is freed, so later blocks of that size come from the heap,
-where freed memory stays resident: RSS ratchets up by about the size of one
-large answer. Pinning the threshold keeps large blocks on mmap, which returns
-them to the OS on free.
+encoded answer) and frees them again, often on worker threads. Two glibc
+defaults make RSS ratchet up under that pattern:
+
+- the mmap threshold rises each time such a block is freed, so later blocks
+  of that size come from the heap, where freed memory stays resident;
+- every thread that allocates may get an arena of its own (up to eight per
+  core), and memory freed in one arena is not reused by another.
+
+Pinning the threshold keeps large blocks on mmap, which returns them to the
+OS on free; capping the arenas keeps the heap from fragmenting per thread.
 """
 
 from __future__ import annotations
@@ -14,15 +19,17 @@ import ctypes
 import ctypes.util
 import sys
 
-from token_finalizer._constants import MALLOC_MMAP_THRESHOLD_BYTES
+from token_finalizer._constants import MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_BYTES
 
-__all__ = ["pin_mmap_threshold"]
+__all__ = ["tune_allocator"]
 
-_M_MMAP_THRESHOLD = -3  # from glibc's malloc.h
+# From glibc's malloc.h.
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 
 
-def pin_mmap_threshold() -> bool:
-    """Fix glibc's mmap threshold; False (and no change) on other C libraries."""
+def tune_allocator() -> bool:
+    """Pin glibc's mmap threshold and cap its arenas; False (no change) on other C libraries."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -32,4 +39,6 @@ def pin_mmap_threshold() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES))
+    pinned = mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES)
+    capped = mallopt(_M_ARENA_MAX, MALLOC_ARENA_MAX)
+    return bool(pinned and capped)

@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from token_finalizer import __version__
-from token_finalizer._memory import pin_mmap_threshold
+from token_finalizer._memory import tune_allocator
 from token_finalizer.api.access_log import AccessLogMiddleware
 from token_finalizer.api.errors import install_error_handlers
 from token_finalizer.api.metrics import ServiceMetrics
@@ -135,8 +135,8 @@ def app_from_environment() -> FastAPI:
     The import target of `token-finalizer serve --workers N`: every worker
     process builds its own app, with its own sources, from the same file.
     """
-    # Each worker is its own process: pin glibc's mmap threshold here too, so
+    # Each worker is its own process: tune glibc's allocator here too, so
     # freed large answers go back to the OS (see token_finalizer._memory).
-    pin_mmap_threshold()
+    tune_allocator()
     drain = os.environ.get(DRAIN_ENV_VAR)
     return create_app(load_settings(), drain_seconds=float(drain) if drain else 0.0)
