@@ -135,7 +135,8 @@ def _token_ids(name: str, value: object) -> np.ndarray:
         array = np.asarray(value)
     except (ValueError, TypeError, OverflowError) as exc:
         raise TokenEntryError(f"{name} must be a list of integers: {exc}") from None
-    if array.ndim != 1 or array.dtype.kind not in "iu":
+    # numpy reads [true, 2] as [1, 2]: JSON booleans must not pass for token ids.
+    if array.ndim != 1 or array.dtype.kind not in "iu" or bool in map(type, value):
         raise TokenEntryError(f"{name} must be a flat list of integers")
     low, high = int(array.min()), int(array.max())
     if low < 0:

@@ -48,9 +48,9 @@ def test_token_item_index_must_point_inside_output_items() -> None:
         TokenEntry.from_dict(_entry(token_item_index=3))
 
 
-@pytest.mark.parametrize("bad", [[1.5, 2], ["1"], [None], [[1]], "12", [-1]])
+@pytest.mark.parametrize("bad", [[1.5, 2], ["1"], [None], [[1]], "12", [-1], [True, 2]])
 def test_token_ids_must_be_non_negative_integers(bad: object) -> None:
-    """Floats, strings, nulls, nesting and negatives are refused, never coerced."""
+    """Floats, strings, nulls, booleans, nesting and negatives are refused, never coerced."""
     with pytest.raises(TokenEntryError, match="prompt_token_ids"):
         TokenEntry.from_dict(_entry(prompt_token_ids=bad))
 
