@@ -9,7 +9,13 @@ from token_finalizer.builder import BuildFailed, build_forest
 from token_finalizer.projection import project_response
 from token_finalizer.records import Snapshot
 
-__all__ = ["BUILDER_NAME", "EMPTY_CAPTURE_ERROR", "build_from_snapshot", "mask_reason"]
+__all__ = [
+    "BUILDER_NAME",
+    "EMPTY_CAPTURE_ERROR",
+    "build_from_snapshot",
+    "mask_reason",
+    "snapshot_ref",
+]
 
 BUILDER_NAME = "prefix_merging"
 EMPTY_CAPTURE_ERROR = "capture contains no token records"
