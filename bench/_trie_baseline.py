@@ -1,6 +1,6 @@
 """The reference approach, kept only as a benchmark baseline.
 
-Same rules as `token_finalizer.builder` + `projection`, written the plain way:
+Same rules as `token_finalizer.core.prefix_merging` + `projection`, written the plain way:
 token lists of Python ints and a per-token trie (one dict per token) to find
 each call's parent. It shares no code with the service so that identical
 output from both is evidence, not tautology.

@@ -29,10 +29,10 @@ from bench._trie_baseline import build_response
 from tests.support.captures import agent_rollout, record_for
 from token_finalizer import FileTokenStore, TokenEntry
 from token_finalizer._memory import tune_allocator
-from token_finalizer._web import encode_json
-from token_finalizer.builder import build_forest
-from token_finalizer.delivery import finalize_record
-from token_finalizer.projection import project_response
+from token_finalizer.core.codec import encode_json
+from token_finalizer.core.delivery import finalize_record
+from token_finalizer.core.prefix_merging import build_forest
+from token_finalizer.core.projection import project_response
 
 E2E_ROLLOUT = "bench-e2e"
 CASES = (("100 calls x 1,000 tokens", 100, 1000), ("200 calls x 600 tokens", 200, 600))

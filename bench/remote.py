@@ -33,7 +33,7 @@ from tests.support.captures import agent_rollout, record_for
 from tests.support.servers import free_port, running_process
 from token_finalizer import FileTokenStore
 from token_finalizer._constants import ZSTD_LEVEL
-from token_finalizer.delivery import finalize_record
+from token_finalizer.core.delivery import finalize_record
 from token_finalizer.sources.http import HttpTokenSource
 
 ROLLOUT = "bench-remote"

@@ -32,8 +32,8 @@ import orjson
 from bench._common import finalize_request, read_answer, serving
 from tests.support.captures import agent_rollout, record_for
 from token_finalizer import FileTokenStore
-from token_finalizer.delivery import finalize_record
-from token_finalizer.records import dumps_entry_line
+from token_finalizer.core.codec import dumps_entry_line
+from token_finalizer.core.delivery import finalize_record
 
 SMALL_CALLS, SMALL_TOKENS_PER_TURN = 5, 400
 LARGE_CALLS, LARGE_TOKENS_PER_TURN = 100, 1000

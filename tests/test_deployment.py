@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from token_finalizer.api import create_app
-from token_finalizer.cli import _parser
+from token_finalizer.cli import build_parser
 from token_finalizer.settings import Settings, settings_from_mapping
 from token_finalizer.sources import MemoryTokenStore
 from token_finalizer.store_server import create_store_app
@@ -83,7 +83,7 @@ def test_compose_has_the_finalizer_and_a_capture_store(compose: dict[str, Any]) 
 def test_store_command_is_the_cli_store_serve(compose: dict[str, Any]) -> None:
     """The store runs `token-finalizer store serve --dir /data` on 0.0.0.0:8100."""
     command = compose["services"]["capture-store"]["command"]
-    args = _parser().parse_args(command[1:])
+    args = build_parser().parse_args(command[1:])
     assert (command[0], args._run.__name__, str(args.dir), args.host, args.port) == (
         "token-finalizer",
         "store_serve",
@@ -96,7 +96,7 @@ def test_store_command_is_the_cli_store_serve(compose: dict[str, Any]) -> None:
 def test_finalizer_command_is_the_cli_serve(compose: dict[str, Any]) -> None:
     """The finalizer runs `token-finalizer serve` with the mounted config, on 0.0.0.0."""
     service = compose["services"]["finalizer"]
-    args = _parser().parse_args(service["command"][1:])
+    args = build_parser().parse_args(service["command"][1:])
     mounted = [config["target"] for config in service["configs"]]
     assert (args._run.__name__, args.host, [args.config]) == ("serve", "0.0.0.0", mounted)
 
@@ -195,7 +195,7 @@ def test_dockerfile_runs_as_a_non_root_user(dockerfile: list[str]) -> None:
 def test_dockerfile_cmd_is_exec_form_serve(dockerfile: list[str]) -> None:
     """CMD is a JSON array (exec form) running `token-finalizer serve` on 0.0.0.0."""
     command = json.loads(_instruction(dockerfile, "CMD")[-1])
-    args = _parser().parse_args(command[1:])
+    args = build_parser().parse_args(command[1:])
     assert (command[0], args._run.__name__, args.host) == ("token-finalizer", "serve", "0.0.0.0")
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from token_finalizer.build import build_from_snapshot, mask_reason
-from token_finalizer.delivery import (
+from token_finalizer.core.build import build_from_snapshot, mask_reason
+from token_finalizer.core.delivery import (
     MASK_SAMPLE_KEY,
     TOKEN_CAPTURE_KEY,
     capture_build_can_retire,
@@ -12,7 +12,8 @@ from token_finalizer.delivery import (
     retire_rollout_token_capture,
     rollout_carries_token_ids,
 )
-from token_finalizer.errors import (
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.errors import (
     CaptureConflict,
     CaptureCorrupt,
     CaptureError,
@@ -22,9 +23,8 @@ from token_finalizer.errors import (
     SourceUnavailable,
     TokenEntryError,
 )
-from token_finalizer.identity import check_store_id, rollout_id_of
-from token_finalizer.protocols import TokenSink, TokenSource
-from token_finalizer.records import Snapshot, TokenEntry
+from token_finalizer.core.identity import check_store_id, rollout_id_of
+from token_finalizer.core.protocols import TokenSink, TokenSource
 from token_finalizer.sources import FileTokenStore, MemoryTokenStore, open_source
 
 __version__ = "0.1.0"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from bench._trie_baseline import build_response
 from tests.support.captures import assert_prefix_contiguous, make_entry, snapshot_of
 from token_finalizer import build_from_snapshot
-from token_finalizer._web import encode_json
+from token_finalizer.core.codec import encode_json
 
 
 def _tokens(rng: random.Random, low: int, high: int) -> list[int]:

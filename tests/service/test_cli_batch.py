@@ -277,7 +277,7 @@ def test_mask_fraction_guard_stops_an_in_process_batch(
         ["finalize", str(batch_input), "-o", str(output), "--config", str(config), "--run-id", "r9"]
     )
     assert status == 1
-    assert "finalize: stopped at line 1: 409: run 'r9' masked" in capsys.readouterr().err
+    assert "finalize: stopped at line 1: run 'r9' masked" in capsys.readouterr().err
 
 
 def test_wrong_token_stops_the_batch(

@@ -14,8 +14,8 @@ import pytest
 from tests.support.captures import make_entry
 from tests.support.servers import free_port, running_process
 from token_finalizer import FileTokenStore
-from token_finalizer._cli_store import STORE_TOKEN_ENV_VAR, parse_duration
 from token_finalizer.cli import main
+from token_finalizer.cli.store import STORE_TOKEN_ENV_VAR, parse_duration
 
 DAY = 86_400.0
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.captures import assert_prefix_contiguous, make_entry, record_for
 from token_finalizer import MemoryTokenStore, Snapshot
-from token_finalizer.delivery import (
+from token_finalizer.core.delivery import (
     _REDUNDANT_CAPTURE_KEY,
     MASK_SAMPLE_KEY,
     TOKEN_CAPTURE_KEY,

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.captures import make_entry
 from token_finalizer import TokenEntry, TokenEntryError
-from token_finalizer.records import dumps_entry_line
+from token_finalizer.core.codec import dumps_entry_line
 
 
 def _entry(**overrides: object) -> dict:

@@ -23,11 +23,11 @@ from fastapi import FastAPI
 from token_finalizer import __version__
 from token_finalizer._memory import tune_allocator
 from token_finalizer.api.access_log import AccessLogMiddleware
-from token_finalizer.api.errors import install_error_handlers
-from token_finalizer.api.metrics import ServiceMetrics
+from token_finalizer.api.errors import install_api_error_handlers
 from token_finalizer.api.routes import router
-from token_finalizer.api.state import ServiceState
-from token_finalizer.protocols import TokenSource
+from token_finalizer.core.protocols import TokenSource
+from token_finalizer.service.metrics import ServiceMetrics
+from token_finalizer.service.state import ServiceState
 from token_finalizer.settings import Settings, load_settings
 
 __all__ = ["DRAIN_ENV_VAR", "app_from_environment", "create_app"]
@@ -123,7 +123,7 @@ def create_app(
         summary="Freeze, rebuild and retire exact token captures of RL agent rollouts.",
         lifespan=lifespan,
     )
-    install_error_handlers(app)
+    install_api_error_handlers(app)
     app.add_middleware(AccessLogMiddleware, observe=metrics.observe_request)
     app.include_router(router)
     return app

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from token_finalizer._web import encode_json
+from token_finalizer.core.codec import encode_json
 
 __all__ = ["SPLICE_MARK", "Piece", "finalize_answer_pieces", "output_pieces"]
 

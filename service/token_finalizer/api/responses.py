@@ -9,8 +9,8 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
-from token_finalizer._web import encoded_response, json_response
 from token_finalizer.api.encoding import finalize_answer_pieces
+from token_finalizer.web.answers import encoded_response, json_response
 
 __all__ = ["answer", "encode_answer"]
 

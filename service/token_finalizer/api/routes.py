@@ -8,15 +8,9 @@ from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import PlainTextResponse, Response
 
 from token_finalizer._constants import DEFAULT_RUN_ID
-from token_finalizer._web import json_response
 from token_finalizer.api.access_log import log_fields
-from token_finalizer.api.body import read_json_object
 from token_finalizer.api.deps import Authenticated, StateDep
-from token_finalizer.api.finalize import finalize
-from token_finalizer.api.metrics import CONTENT_TYPE_LATEST
-from token_finalizer.api.readiness import readiness
 from token_finalizer.api.responses import answer
-from token_finalizer.api.retire import retire
 from token_finalizer.api.schemas import (
     ERROR_RESPONSES,
     FINALIZE_ERROR_RESPONSES,
@@ -24,6 +18,12 @@ from token_finalizer.api.schemas import (
     READY_RESPONSES,
     RETIRE_OPENAPI,
 )
+from token_finalizer.service.finalizing import finalize
+from token_finalizer.service.metrics import CONTENT_TYPE_LATEST
+from token_finalizer.service.readiness import readiness
+from token_finalizer.service.retiring import retire
+from token_finalizer.web.answers import json_response
+from token_finalizer.web.body import read_json_object
 
 __all__ = ["router"]
 
@@ -46,7 +46,9 @@ async def finalize_endpoint(
     ] = None,
 ) -> Response:
     """POST /finalize: body = the finished record."""
-    body = await read_json_object(request, state.settings.limits.max_body_bytes)
+    body = await read_json_object(
+        request, limit=state.settings.limits.max_body_bytes, limit_name="limits.max_body_bytes"
+    )
     result = await finalize(
         state, body.data, source, x_run_id or DEFAULT_RUN_ID, log=log_fields(request)
     )
@@ -62,7 +64,9 @@ async def finalize_endpoint(
 )
 async def retire_endpoint(request: Request, state: StateDep) -> Response:
     """POST /retire: body = {"rollout_id", "build", "source"?} (a finalize answer works)."""
-    body = await read_json_object(request, state.settings.limits.max_body_bytes)
+    body = await read_json_object(
+        request, limit=state.settings.limits.max_body_bytes, limit_name="limits.max_body_bytes"
+    )
     result = await retire(state, body.data, log=log_fields(request))
     return await answer(request, result)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from token_finalizer.errors import TokenEntryError
-from token_finalizer.records import TokenEntry, dumps_entry_line
+from token_finalizer.core.codec import dumps_entry_line
+from token_finalizer.core.entries import TokenEntry
+from token_finalizer.core.errors import TokenEntryError
 
 __all__ = ["entry_payload"]
 

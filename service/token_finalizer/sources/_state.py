@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from token_finalizer.errors import CaptureFrozen, CaptureRetired
+from token_finalizer.core.errors import CaptureFrozen, CaptureRetired
 
 __all__ = ["CaptureState", "PutDecision", "line_digest"]
 

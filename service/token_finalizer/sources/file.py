@@ -27,9 +27,10 @@ from typing import Any, TypeVar
 
 import orjson
 
-from token_finalizer.errors import CaptureConflict, CaptureCorrupt, TokenEntryError
-from token_finalizer.identity import check_store_id
-from token_finalizer.records import Snapshot, TokenEntry, loads_json
+from token_finalizer.core.codec import loads_json
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, TokenEntryError
+from token_finalizer.core.identity import check_store_id
 from token_finalizer.sources._entries import entry_payload
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
 

@@ -33,10 +33,10 @@ from token_finalizer._constants import (
     HTTP_RETRY_MAX_DELAY_S,
     HTTP_RETRY_STATUSES,
 )
-from token_finalizer.errors import CaptureRetired, SourceUnavailable
-from token_finalizer.identity import check_store_id
-from token_finalizer.records import Snapshot, TokenEntry, loads_json
-from token_finalizer.sources._http_wire import loads_snapshot, unzstd
+from token_finalizer.core.codec import loads_json, loads_with_token_arrays, zstd_decompress
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.errors import CaptureRetired, SourceUnavailable
+from token_finalizer.core.identity import check_store_id
 
 __all__ = ["CAPTURE_PATH", "HttpTokenSource", "rollout_path"]
 
@@ -65,8 +65,8 @@ class _Answer:
     zstd: bool
 
     def body(self) -> bytes:
-        """The decoded body; AnswerError when it does not decode."""
-        return unzstd(self.raw, limit=HTTP_MAX_ANSWER_BYTES) if self.zstd else self.raw
+        """The decoded body; CodecError when it does not decode."""
+        return zstd_decompress(self.raw, limit=HTTP_MAX_ANSWER_BYTES) if self.zstd else self.raw
 
     def error_text(self) -> str:
         """The server's `error` message, else the start of its body."""
@@ -233,7 +233,7 @@ class HttpTokenSource:
 
     def _snapshot(self, answer: _Answer, rollout_id: str) -> Snapshot:
         what = f"the freeze answer for rollout {rollout_id}"
-        body = self._parsed(answer, what, loads_snapshot)
+        body = self._parsed(answer, what, loads_with_token_arrays)
         if not isinstance(body, dict):
             raise SourceUnavailable(f"capture store {self.url}: {what} is not a JSON object")
         if body.get("rollout_id") != rollout_id:

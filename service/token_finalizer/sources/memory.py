@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from token_finalizer.errors import CaptureConflict
-from token_finalizer.identity import check_store_id
-from token_finalizer.records import Snapshot, TokenEntry
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.errors import CaptureConflict
+from token_finalizer.core.identity import check_store_id
 from token_finalizer.sources._entries import entry_payload
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
 

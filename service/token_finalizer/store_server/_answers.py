@@ -19,9 +19,9 @@ from token_finalizer._constants import (
     STORE_ENCODE_IN_THREAD_MIN_BYTES,
     STORE_ENCODE_IN_THREAD_MIN_TOKENS,
 )
-from token_finalizer._web import encoded_response, json_response
-from token_finalizer.records import Snapshot
+from token_finalizer.core.entries import Snapshot
 from token_finalizer.sources.file import FrozenLines
+from token_finalizer.web.answers import encoded_response, json_response
 
 __all__ = ["freeze_answer"]
 

@@ -6,65 +6,49 @@ Store exceptions map to statuses in one place (`_STATUS_OF`); every refusal is
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 from urllib.parse import unquote
 
 from fastapi import FastAPI, Request
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from token_finalizer._constants import STORE_MAX_BODY_BYTES
-from token_finalizer._web import error_response, json_response
-from token_finalizer.errors import (
+from token_finalizer.core.errors import (
     CaptureConflict,
     CaptureCorrupt,
-    CaptureError,
     CaptureFrozen,
     CaptureRetired,
     InvalidRolloutId,
     SourceUnavailable,
     TokenEntryError,
 )
-from token_finalizer.identity import check_store_id
+from token_finalizer.core.identity import check_store_id
 from token_finalizer.store_server._answers import freeze_answer
-from token_finalizer.store_server._auth import BearerTokenGuard
 from token_finalizer.store_server._requests import (
-    RequestRefusedError,
     call_entry,
     drop_target,
     optional_call_id,
-    read_object,
     required_call_id,
 )
+from token_finalizer.web.answers import error_response, json_response
+from token_finalizer.web.auth import BearerTokenGuard
+from token_finalizer.web.body import JsonBody, read_json_object
+from token_finalizer.web.errors import StatusTable, install_error_handlers
 
 __all__ = ["PROTOCOL_PREFIX", "create_store_app"]
 
-logger = logging.getLogger(__name__)
-
 PROTOCOL_PREFIX = "/ng-rollout/{rollout_id}/training-token-capture"
 
-_STATUS_OF: tuple[tuple[type[CaptureError], int], ...] = (
-    (InvalidRolloutId, 422),
-    (TokenEntryError, 422),
-    (CaptureConflict, 409),
-    (CaptureFrozen, 409),
-    (CaptureRetired, 409),
-    (CaptureCorrupt, 500),
-    (SourceUnavailable, 503),
-)
-
-
-def _capture_error(request: Request, exc: Exception) -> Response:
-    status = next((code for cls, code in _STATUS_OF if isinstance(exc, cls)), 500)
-    if status >= 500:
-        logger.error("%s %s failed: %s", request.method, request.url.path, exc)
-    return error_response(status, str(exc))
-
-
-def _bad_request(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestRefusedError)
-    return error_response(exc.status_code, exc.message)
+# Store refusals by class; anything else is a 500 whose text stays in the log.
+_STATUS_OF: StatusTable = {
+    InvalidRolloutId: 422,
+    TokenEntryError: 422,
+    CaptureConflict: 409,
+    CaptureFrozen: 409,
+    CaptureRetired: 409,
+    CaptureCorrupt: 500,
+    SourceUnavailable: 503,
+}
 
 
 def _rollout_segment(request: Request) -> str | None:
@@ -76,26 +60,15 @@ def _rollout_segment(request: Request) -> str | None:
     return None
 
 
-def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
-    if exc.status_code == 404:
-        # `a%2Fb` arrives decoded as two segments and matches no route: name the
-        # bad id instead of a bare "not found".
-        segment = _rollout_segment(request)
-        if segment is not None:
-            try:
-                check_store_id(segment)
-            except InvalidRolloutId as invalid:
-                return error_response(422, str(invalid))
-        return error_response(404, f"no such capture-store path: {request.url.path}")
-    if exc.status_code == 405:
-        return error_response(405, f"method {request.method} is not allowed on {request.url.path}")
-    return error_response(exc.status_code, str(exc.detail))
-
-
-def _unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unexpected error on %s %s", request.method, request.url.path)
-    return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+def _bad_id_not_found(request: Request) -> Response | None:
+    """`a%2Fb` arrives decoded as two segments and matches no route: name the bad id."""
+    segment = _rollout_segment(request)
+    if segment is not None:
+        try:
+            check_store_id(segment)
+        except InvalidRolloutId as invalid:
+            return error_response(422, str(invalid))
+    return error_response(404, f"no such capture-store path: {request.url.path}")
 
 
 def create_store_app(
@@ -114,12 +87,19 @@ def create_store_app(
         redoc_url=None,
         openapi_url=None,
     )
-    app.add_exception_handler(CaptureError, _capture_error)
-    app.add_exception_handler(RequestRefusedError, _bad_request)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
+    install_error_handlers(app, _STATUS_OF, not_found=_bad_id_not_found)
     if token is not None:
-        app.add_middleware(BearerTokenGuard, token=token)
+        # Probes stay open: load balancers and the finalizer's /ready have no token.
+        app.add_middleware(BearerTokenGuard, tokens=[token], open_paths={"/health"})
+
+    async def _read(request: Request, *, allow_empty: bool = False) -> JsonBody:
+        return await read_json_object(
+            request,
+            limit=max_body_bytes,
+            invalid_status=422,
+            allow_empty=allow_empty,
+            allow_non_finite=True,
+        )
 
     @app.get("/health")
     async def health() -> Response:
@@ -133,7 +113,7 @@ def create_store_app(
     @app.post(PROTOCOL_PREFIX + "/drop")
     async def drop(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        body = await read_object(request, limit=max_body_bytes)
+        body = (await _read(request)).data
         snapshot_id, version = drop_target(body)
         dropped = await store.drop(rollout_id, snapshot_id=snapshot_id, version=version)
         return json_response({"dropped": bool(dropped)})
@@ -142,21 +122,21 @@ def create_store_app(
     async def put_call(rollout_id: str, model_call_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         check_store_id(model_call_id, what="model_call_id")
-        body = await read_object(request, limit=max_body_bytes)
+        body = (await _read(request)).data
         await store.put(call_entry(body, rollout_id, model_call_id))
         return json_response({"stored": True})
 
     @app.post(PROTOCOL_PREFIX + "/incomplete")
     async def mark_incomplete(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        body = await read_object(request, limit=max_body_bytes, allow_empty=True)
+        body = (await _read(request, allow_empty=True)).data
         await store.mark_incomplete(rollout_id, optional_call_id(body))
         return json_response({"incomplete": True})
 
     @app.post(PROTOCOL_PREFIX + "/intents")
     async def begin_call(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        body = await read_object(request, limit=max_body_bytes)
+        body = (await _read(request)).data
         await store.begin_call(rollout_id, required_call_id(body))
         return json_response({"announced": True})
 

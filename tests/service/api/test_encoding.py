@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from tests.support.captures import agent_rollout, record_for
 from token_finalizer import MemoryTokenStore, finalize_record
-from token_finalizer._web import encode_json
 from token_finalizer.api.encoding import SPLICE_MARK, finalize_answer_pieces, output_pieces
 from token_finalizer.api.responses import encode_answer
+from token_finalizer.core.codec import encode_json
 
 
 def _answer(*, record_has_response: bool = True) -> dict[str, Any]:

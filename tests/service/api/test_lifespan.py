@@ -44,7 +44,7 @@ def test_configured_sources_are_opened_once_and_closed_at_shutdown(
         opened.append(RecordingStore())
         return opened[-1]
 
-    monkeypatch.setattr("token_finalizer.api.registry.open_source", fake_open)
+    monkeypatch.setattr("token_finalizer.service.registry.open_source", fake_open)
     with running_app(create_app(make_settings())) as base:
         for _ in range(3):
             httpx.post(base + "/finalize", json=record_for("r-1"))

@@ -20,7 +20,10 @@ from token_finalizer import (
     InvalidRolloutId,
     TokenEntryError,
 )
-from token_finalizer.delivery import finalize_rollout_token_capture, retire_rollout_token_capture
+from token_finalizer.core.delivery import (
+    finalize_rollout_token_capture,
+    retire_rollout_token_capture,
+)
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.captures import agent_rollout, assert_prefix_contiguous, make_entry
 from token_finalizer import FileTokenStore
-from token_finalizer.delivery import finalize_rollout_token_capture
+from token_finalizer.core.delivery import finalize_rollout_token_capture
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ from token_finalizer import (
     SourceUnavailable,
     TokenEntryError,
 )
-from token_finalizer.delivery import finalize_record, retire_rollout_token_capture
+from token_finalizer.core.delivery import finalize_record, retire_rollout_token_capture
 from token_finalizer.sources import open_source
 from token_finalizer.sources.http import HttpTokenSource
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from token_finalizer._constants import GUARD_MAX_RUNS
-from token_finalizer.api.errors import ApiError
-from token_finalizer.build import mask_reason
+from token_finalizer.core.build import mask_reason
+from token_finalizer.service.errors import MaskFractionExceeded
 
 __all__ = ["MaskFractionGuard"]
 
@@ -59,9 +59,8 @@ class MaskFractionGuard:
             self._runs.move_to_end(run_id)
         return counts
 
-    def _refusal(self, run_id: str, counts: _RunCounts) -> ApiError:
-        return ApiError(
-            409,
+    def _refusal(self, run_id: str, counts: _RunCounts) -> MaskFractionExceeded:
+        return MaskFractionExceeded(
             f"run {run_id!r} masked {counts.masked} of {counts.finalized} finalized records, "
             f"more than token_id_capture.max_mask_fraction={self.max_mask_fraction}; "
             "stop collecting and fix token capture",

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from token_finalizer._constants import BUILD_IN_THREAD_MIN_TOKENS
-from token_finalizer.build import build_from_snapshot, snapshot_ref
-from token_finalizer.errors import InvalidRolloutId
-from token_finalizer.identity import rollout_id_of
-from token_finalizer.protocols import TokenSource
-from token_finalizer.records import Snapshot
+from token_finalizer.core.build import build_from_snapshot, snapshot_ref
+from token_finalizer.core.entries import Snapshot
+from token_finalizer.core.errors import InvalidRolloutId
+from token_finalizer.core.identity import rollout_id_of
+from token_finalizer.core.protocols import TokenSource
 
 __all__ = [
     "MASK_SAMPLE_KEY",

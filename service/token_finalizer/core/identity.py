@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from token_finalizer.errors import InvalidRolloutId
+from token_finalizer.core.errors import InvalidRolloutId
 
 __all__ = ["check_store_id", "rollout_id_of"]
 

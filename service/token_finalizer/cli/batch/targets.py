@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from token_finalizer._constants import DEFAULT_RUN_ID
+from token_finalizer.service.errors import InvalidRequest, ServiceError
 from token_finalizer.settings import Settings
 
 __all__ = [
@@ -27,8 +28,12 @@ __all__ = [
     "ServiceTarget",
 ]
 
-# Statuses that condemn the request itself, not the service or the run.
+# What a refusal means for a batch, in one table per target kind: the record
+# alone was refused (the batch goes on), or every later record would be too.
+# Through a service, statuses that condemn the request itself stop one line.
 _LINE_STATUSES = frozenset({400, 413, 422})
+# In this process, the service layer's own refusals.
+_LINE_ERRORS: tuple[type[ServiceError], ...] = (InvalidRequest,)
 
 
 class LineRefusedError(Exception):
@@ -43,6 +48,12 @@ def _classified(status_code: int, message: str) -> Exception:
     if status_code in _LINE_STATUSES:
         return LineRefusedError(message)
     return BatchAbortedError(message)
+
+
+def _classified_refusal(refusal: ServiceError) -> Exception:
+    if isinstance(refusal, _LINE_ERRORS):
+        return LineRefusedError(refusal.message)
+    return BatchAbortedError(refusal.message)
 
 
 class BatchTarget(Protocol):
@@ -115,7 +126,7 @@ class InProcessTarget:
     def __init__(
         self, settings: Settings, *, run_id: str | None = None, source: str | None = None
     ) -> None:
-        from token_finalizer.api.state import ServiceState
+        from token_finalizer.service.state import ServiceState
 
         self._state = ServiceState.open(settings)
         self._run_id = run_id or DEFAULT_RUN_ID
@@ -123,25 +134,23 @@ class InProcessTarget:
 
     async def finalize(self, record: dict[str, Any]) -> dict[str, Any]:
         """The service's finalize step (numpy token arrays left as they are)."""
-        from token_finalizer.api.errors import ApiError
-        from token_finalizer.api.finalize import finalize
+        from token_finalizer.service.finalizing import finalize
 
         try:
             result = await finalize(self._state, record, self._source, self._run_id)
-        except ApiError as exc:
-            raise _classified(exc.status_code, f"{exc.status_code}: {exc.message}") from None
+        except ServiceError as refusal:
+            raise _classified_refusal(refusal) from None
         return result.answer
 
     async def retire(self, rollout_id: str, build: dict[str, Any], source: str | None) -> bool:
         """The service's retire step."""
-        from token_finalizer.api.errors import ApiError
-        from token_finalizer.api.retire import retire
+        from token_finalizer.service.retiring import retire
 
         body = {"rollout_id": rollout_id, "build": build, "source": source}
         try:
             answer = await retire(self._state, body)
-        except ApiError as exc:
-            raise _classified(exc.status_code, f"{exc.status_code}: {exc.message}") from None
+        except ServiceError as refusal:
+            raise _classified_refusal(refusal) from None
         return bool(answer["retired"])
 
     async def close(self) -> None:

@@ -10,26 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-import zstandard
 from starlette.responses import Response
 
-from token_finalizer._constants import ZSTD_LEVEL, ZSTD_MIN_BYTES, ZSTD_WINDOW_LOG
+from token_finalizer._constants import ZSTD_MIN_BYTES
+from token_finalizer.core.codec import encode_json, zstd_compress
 
 __all__ = [
     "accepts_zstd",
-    "encode_json",
     "encoded_response",
     "error_response",
     "json_response",
 ]
 
 _JSON = "application/json"
-
-
-def encode_json(payload: Any) -> bytes:
-    """orjson with numpy arrays serialized in place."""
-    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def accepts_zstd(accept_encoding: str | None) -> bool:
@@ -62,16 +55,6 @@ def json_response(
     )
 
 
-def _zstd(pieces: Sequence[bytes], size: int) -> bytes:
-    # One frame that records its content size, so one-shot decoders work too;
-    # a fresh compressor per answer, since compressors are not thread-safe.
-    params = zstandard.ZstdCompressionParameters.from_level(
-        ZSTD_LEVEL, window_log=ZSTD_WINDOW_LOG, source_size=size
-    )
-    stream = zstandard.ZstdCompressor(compression_params=params).compressobj(size=size)
-    return b"".join([*(stream.compress(piece) for piece in pieces), stream.flush()])
-
-
 def encoded_response(
     body: bytes | Sequence[bytes],
     *,
@@ -88,7 +71,7 @@ def encoded_response(
     size = sum(len(piece) for piece in pieces)
     extra = dict(headers or {})
     if size >= ZSTD_MIN_BYTES and accepts_zstd(accept_encoding):
-        content = _zstd(pieces, size)
+        content = zstd_compress(pieces)
         extra["Content-Encoding"] = "zstd"
         extra["Vary"] = "Accept-Encoding"
     else:

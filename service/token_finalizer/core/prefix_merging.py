@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from token_finalizer.records import TokenEntry
+from token_finalizer.core.entries import TokenEntry
 
 __all__ = ["BuildFailed", "CallForest", "build_forest"]
 

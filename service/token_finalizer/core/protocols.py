@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from token_finalizer.records import Snapshot, TokenEntry
+from token_finalizer.core.entries import Snapshot, TokenEntry
 
 __all__ = ["TokenSink", "TokenSource"]
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from token_finalizer._constants import READY_PING_TIMEOUT_S
-from token_finalizer.api.errors import ApiError
-from token_finalizer.api.metrics import ServiceMetrics
-from token_finalizer.records import Snapshot
+from token_finalizer.core.entries import Snapshot
+from token_finalizer.service.errors import UnknownSource
+from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import Settings
 from token_finalizer.sources import open_source
 
@@ -108,12 +108,12 @@ class SourceRegistry:
         return sorted(self._sources)
 
     def resolve(self, name: str | None) -> InstrumentedSource:
-        """The named source (the default for None); ApiError 404 for an unknown name."""
+        """The named source (the default for None); UnknownSource for an unknown name."""
         key = self.default if name is None else name
         source = self._sources.get(key)
         if source is None:
-            raise ApiError(
-                404, f"unknown source {key!r}; configured sources: {', '.join(self.names)}"
+            raise UnknownSource(
+                f"unknown source {key!r}; configured sources: {', '.join(self.names)}"
             )
         return source
 

@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 from tests.support.captures import agent_rollout, make_entry
-from token_finalizer.sources._http_wire import AnswerError, loads_snapshot, unzstd
+from token_finalizer.core.codec import CodecError, loads_with_token_arrays, zstd_decompress
 
 
 def _answer(entries: list[dict]) -> dict:
@@ -31,7 +31,9 @@ def _as_lists(data: dict) -> dict:
 
 def test_token_arrays_come_back_as_numpy() -> None:
     """Prompt and generation ids of every entry are numpy arrays after parsing."""
-    data = loads_snapshot(orjson.dumps(_answer(agent_rollout("r", calls=3, new_tokens_per_turn=8))))
+    data = loads_with_token_arrays(
+        orjson.dumps(_answer(agent_rollout("r", calls=3, new_tokens_per_turn=8)))
+    )
     assert all(
         isinstance(entry[key], np.ndarray)
         for entry in data["entries"]
@@ -42,20 +44,20 @@ def test_token_arrays_come_back_as_numpy() -> None:
 def test_shortcut_parses_the_same_values_as_plain_json() -> None:
     """The parsed answer equals an ordinary JSON parse, value for value."""
     answer = _answer(agent_rollout("r", calls=4, new_tokens_per_turn=16))
-    assert _as_lists(loads_snapshot(orjson.dumps(answer))) == answer
+    assert _as_lists(loads_with_token_arrays(orjson.dumps(answer))) == answer
 
 
 def test_sorted_key_lines_parse_the_same() -> None:
     """Entries with generation ids before prompt ids (sorted keys) parse correctly."""
     answer = _answer(agent_rollout("r", calls=3, new_tokens_per_turn=8))
     body = orjson.dumps(answer, option=orjson.OPT_SORT_KEYS)
-    assert _as_lists(loads_snapshot(body)) == answer
+    assert _as_lists(loads_with_token_arrays(body)) == answer
 
 
 def test_spaced_json_falls_back_to_the_plain_parse() -> None:
     """Pretty-printed arrays (spaces) are left to the ordinary parser and still read right."""
     answer = _answer([make_entry("r", "c1", [1, 2], [3])])
-    data = loads_snapshot(json.dumps(answer, indent=1).encode())
+    data = loads_with_token_arrays(json.dumps(answer, indent=1).encode())
     assert _as_lists(data) == answer
 
 
@@ -63,27 +65,27 @@ def test_token_key_inside_an_output_item_falls_back_safely() -> None:
     """A token key nested in an output item does not displace the entry's own arrays."""
     entry = make_entry("r", "c1", [1, 2], [3], output_items=[{"prompt_token_ids": [7, 7]}])
     answer = _answer([entry])
-    assert _as_lists(loads_snapshot(orjson.dumps(answer))) == answer
+    assert _as_lists(loads_with_token_arrays(orjson.dumps(answer))) == answer
 
 
 def test_placeholder_lookalike_strings_are_not_replaced() -> None:
     """A string value that looks like a placeholder survives as the same string."""
     entry = make_entry("r", "c1", [1], [2], note="\u0000lifted:0\u0000")
     answer = _answer([entry])
-    assert _as_lists(loads_snapshot(orjson.dumps(answer))) == answer
+    assert _as_lists(loads_with_token_arrays(orjson.dumps(answer))) == answer
 
 
 def test_infinite_log_probs_survive() -> None:
     """`-Infinity` written by the stdlib parses back to -inf."""
     answer = _answer([make_entry("r", "c1", [1], [2, 3], log_probs=[-math.inf, -0.5])])
-    data = loads_snapshot(json.dumps(answer).encode())
+    data = loads_with_token_arrays(json.dumps(answer).encode())
     assert data["entries"][0]["generation_log_probs"] == [-math.inf, -0.5]
 
 
 def test_unzstd_decodes_one_frame() -> None:
     """A single frame with its size decodes to the original bytes."""
     body = b'{"a": 1}' * 1000
-    assert unzstd(zstandard.ZstdCompressor().compress(body), limit=1 << 20) == body
+    assert zstd_decompress(zstandard.ZstdCompressor().compress(body), limit=1 << 20) == body
 
 
 def test_unzstd_decodes_several_frames_and_streamed_ones() -> None:
@@ -91,19 +93,19 @@ def test_unzstd_decodes_several_frames_and_streamed_ones() -> None:
     first = zstandard.ZstdCompressor().compress(b"first,")
     streamed = zstandard.ZstdCompressor().compressobj()
     second = streamed.compress(b"second") + streamed.flush()
-    assert unzstd(first + second, limit=1 << 20) == b"first,second"
+    assert zstd_decompress(first + second, limit=1 << 20) == b"first,second"
 
 
 def test_unzstd_refuses_a_body_over_the_limit() -> None:
-    """A body that would decode past the limit raises AnswerError instead."""
+    """A body that would decode past the limit raises CodecError instead."""
     bomb = zstandard.ZstdCompressor().compress(b"\0" * 100_000)
-    with pytest.raises(AnswerError, match="limit"):
-        unzstd(bomb, limit=1000)
+    with pytest.raises(CodecError, match="limit"):
+        zstd_decompress(bomb, limit=1000)
 
 
 def test_unzstd_refuses_a_truncated_body() -> None:
-    """A frame cut short raises AnswerError."""
+    """A frame cut short raises CodecError."""
     streamed = zstandard.ZstdCompressor().compressobj()
     body = streamed.compress(bytes(range(256)) * 400) + streamed.flush()
-    with pytest.raises(AnswerError):
-        unzstd(body[: len(body) // 2], limit=1 << 20)
+    with pytest.raises(CodecError):
+        zstd_decompress(body[: len(body) // 2], limit=1 << 20)

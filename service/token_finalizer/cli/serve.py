@@ -15,24 +15,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from token_finalizer._cli_args import positive_int
 from token_finalizer._constants import (
     DEFAULT_DRAIN_S,
     DEFAULT_HOST,
     DEFAULT_PORT,
     GRACEFUL_SHUTDOWN_S,
 )
+from token_finalizer.cli.args import positive_int
 from token_finalizer.settings import CONFIG_ENV_VAR, ConfigError, load_settings
 
-__all__ = ["HELP", "add_serve_arguments", "serve"]
+__all__ = ["HELP", "add_arguments", "serve"]
 
-HELP = {"serve": "run the finalizer HTTP service (POST /finalize, POST /retire, health, metrics)"}
+HELP = "run the finalizer HTTP service (POST /finalize, POST /retire, health, metrics)"
 
 # uvicorn imports this in each worker when --workers > 1.
 _APP_FACTORY = "token_finalizer.api:app_from_environment"
 
 
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `token-finalizer serve`."""
     parser.add_argument(
         "--config",

@@ -18,20 +18,19 @@ from pathlib import Path
 from token_finalizer._constants import DEFAULT_HOST, DEFAULT_STORE_PORT
 
 __all__ = [
-    "HELP",
+    "SERVE_HELP",
     "STORE_TOKEN_ENV_VAR",
-    "add_store_serve_arguments",
-    "add_store_sweep_arguments",
+    "SWEEP_HELP",
+    "add_serve_arguments",
+    "add_sweep_arguments",
     "format_age",
     "parse_duration",
     "store_serve",
     "store_sweep",
 ]
 
-HELP = {
-    "store_serve": "serve a capture directory over HTTP (remote capture store protocol v1)",
-    "store_sweep": "remove retired tombstones (and, if asked, abandoned captures) from a directory",
-}
+SERVE_HELP = "serve a capture directory over HTTP (remote capture store protocol v1)"
+SWEEP_HELP = "remove retired tombstones (and, if asked, abandoned captures) from a directory"
 
 STORE_TOKEN_ENV_VAR = "TOKEN_FINALIZER_STORE_TOKEN"
 
@@ -61,7 +60,7 @@ def format_age(seconds: float) -> str:
 # -- store serve --------------------------------------------------------------
 
 
-def add_store_serve_arguments(parser: argparse.ArgumentParser) -> None:
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `token-finalizer store serve`."""
     parser.add_argument("--dir", required=True, type=Path, help="the capture directory to serve")
     parser.add_argument(
@@ -106,7 +105,7 @@ def store_serve(args: argparse.Namespace) -> int:
 # -- store sweep --------------------------------------------------------------
 
 
-def add_store_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `token-finalizer store sweep`."""
     parser.add_argument("--dir", required=True, type=Path, help="the capture directory")
     parser.add_argument(

@@ -32,22 +32,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from token_finalizer._cli_args import positive_int
 from token_finalizer._constants import (
     BATCH_DEFAULT_CONCURRENCY,
     BATCH_PROGRESS_INTERVAL_S,
     BATCH_TOKEN_ENV_VAR,
 )
+from token_finalizer.cli.args import positive_int
 
 if TYPE_CHECKING:
-    from token_finalizer.runner import BatchTarget
+    from token_finalizer.cli.batch.targets import BatchTarget
 
-__all__ = ["HELP", "add_finalize_arguments", "add_retire_arguments", "finalize", "retire"]
+__all__ = [
+    "FINALIZE_HELP",
+    "RETIRE_HELP",
+    "add_finalize_arguments",
+    "add_retire_arguments",
+    "finalize",
+    "retire",
+]
 
-HELP = {
-    "finalize": "finalize a JSONL of finished rollout records (offline, output in input order)",
-    "retire": "retire the retirable lines of a finalize output (only once it is durable)",
-}
+FINALIZE_HELP = "finalize a JSONL of finished rollout records (offline, output in input order)"
+RETIRE_HELP = "retire the retirable lines of a finalize output (only once it is durable)"
 
 _EXIT_OK = 0
 _EXIT_STOPPED = 1
@@ -112,7 +117,7 @@ def add_retire_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _open_target(args: argparse.Namespace) -> BatchTarget:
     """The service at --server, or this process on the sources of --config."""
-    from token_finalizer.runner import InProcessTarget, ServiceTarget
+    from token_finalizer.cli.batch.targets import InProcessTarget, ServiceTarget
     from token_finalizer.settings import ConfigError, load_settings
 
     run_id = getattr(args, "run_id", None)
@@ -210,7 +215,7 @@ def _json_kind(value: Any) -> str:
 
 
 def _parse_line(number: int, raw: bytes) -> _Line:
-    from token_finalizer.records import loads_json
+    from token_finalizer.core.codec import loads_json
 
     text = raw.rstrip(b"\r\n")
     if not text.strip():
@@ -258,7 +263,7 @@ async def _in_order(
     Returns None when every item was handled, else why the batch stopped.
     The target is closed either way.
     """
-    from token_finalizer.runner import BatchAbortedError
+    from token_finalizer.cli.batch.targets import BatchAbortedError
     from token_finalizer_client._ordered import ordered_map
 
     try:
@@ -323,7 +328,7 @@ def _encode(payload: dict[str, Any]) -> bytes:
 
 
 def _answer_line(number: int, answer: dict[str, Any]) -> _Written:
-    from token_finalizer.build import mask_reason
+    from token_finalizer.core.build import mask_reason
 
     build = answer.get("build")
     reason = mask_reason(build)
@@ -337,7 +342,7 @@ def _error_line(number: int, message: str) -> _Written:
 
 
 async def _finalize_line(target: BatchTarget, line: _Line) -> _Written:
-    from token_finalizer.runner import BatchAbortedError, LineRefusedError
+    from token_finalizer.cli.batch.targets import BatchAbortedError, LineRefusedError
 
     if line.data is None:
         return _error_line(line.number, line.error or "unreadable line")
@@ -466,7 +471,7 @@ def _read_retirements(handle: IO[bytes], progress: _Progress) -> Iterator[_Retir
 
 
 async def _retire_line(target: BatchTarget, item: _Retirement) -> tuple[_Retirement, str]:
-    from token_finalizer.runner import BatchAbortedError, LineRefusedError
+    from token_finalizer.cli.batch.targets import BatchAbortedError, LineRefusedError
 
     if item.skip is not None or item.build is None:
         return item, item.skip or "unreadable"

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from token_finalizer._constants import ENCODE_IN_THREAD_MIN_TOKENS
-from token_finalizer.api.errors import ApiError
-from token_finalizer.api.state import ServiceState
-from token_finalizer.build import mask_reason
-from token_finalizer.delivery import capture_build_can_retire, finalize_record
-from token_finalizer.errors import InvalidRolloutId
-from token_finalizer.identity import rollout_id_of
+from token_finalizer.core.build import mask_reason
+from token_finalizer.core.delivery import capture_build_can_retire, finalize_record
+from token_finalizer.core.errors import InvalidRolloutId
+from token_finalizer.core.identity import rollout_id_of
+from token_finalizer.service.errors import MaskFractionExceeded
+from token_finalizer.service.state import ServiceState
 
 __all__ = ["FinalizeResult", "finalize"]
 
@@ -70,7 +70,7 @@ def _guarded(
 ) -> None:
     try:
         step(*args)
-    except ApiError:
+    except MaskFractionExceeded:
         state.metrics.guard_refusals.inc()
         log["outcome"] = "guard_refused"
         raise
@@ -84,7 +84,9 @@ async def finalize(
     *,
     log: dict[str, Any] | None = None,
 ) -> FinalizeResult:
-    """Finalize one record through the named source; ApiError for 404 and the guard's 409.
+    """Finalize one record through the named source.
+
+    Raises UnknownSource, or MaskFractionExceeded when the run's guard trips.
 
     `log` receives the request-log fields (rollout id, source, outcome) as they become known.
     """

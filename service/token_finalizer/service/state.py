@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from token_finalizer._constants import FINALIZE_CONCURRENCY
-from token_finalizer.api.guard import MaskFractionGuard
-from token_finalizer.api.metrics import ServiceMetrics
-from token_finalizer.api.registry import SourceRegistry
-from token_finalizer.protocols import TokenSource
+from token_finalizer.core.protocols import TokenSource
+from token_finalizer.service.guard import MaskFractionGuard
+from token_finalizer.service.metrics import ServiceMetrics
+from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.settings import Settings
 
 __all__ = ["ServiceState"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from token_finalizer.api.state import ServiceState
+from token_finalizer.service.state import ServiceState
 
 __all__ = ["readiness"]
 

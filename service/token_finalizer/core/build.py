@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from token_finalizer._constants import FRACTION_DIGITS
-from token_finalizer.builder import BuildFailed, build_forest
-from token_finalizer.projection import project_response
-from token_finalizer.records import Snapshot
+from token_finalizer.core.entries import Snapshot
+from token_finalizer.core.prefix_merging import BuildFailed, build_forest
+from token_finalizer.core.projection import project_response
 
 __all__ = [
     "BUILDER_NAME",

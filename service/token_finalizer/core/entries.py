@@ -14,27 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
 
 from token_finalizer._constants import TOKEN_ENTRY_SCHEMA_VERSION
-from token_finalizer.errors import InvalidRolloutId, TokenEntryError
-from token_finalizer.identity import check_store_id
+from token_finalizer.core.codec import loads_with_token_arrays
+from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError
+from token_finalizer.core.identity import check_store_id
 
-__all__ = [
-    "TOKEN_FIELDS",
-    "Snapshot",
-    "TokenEntry",
-    "dumps_entry_line",
-    "ids_from_text",
-    "loads_json",
-]
-
-TOKEN_FIELDS = (
-    "prompt_token_ids",
-    "generation_token_ids",
-    "generation_log_probs",
-    "routed_experts",
-)
+__all__ = ["Snapshot", "TokenEntry"]
 
 _KNOWN_FIELDS = frozenset(
     {
@@ -54,72 +40,6 @@ _KNOWN_FIELDS = frozenset(
 _INT32 = np.iinfo(np.int32)
 _EMPTY_IDS = np.empty(0, dtype=np.int32)
 _EMPTY_LOGPROBS = np.empty(0, dtype=np.float64)
-
-
-def loads_json(data: bytes | str) -> Any:
-    """Parse JSON with orjson, falling back to the stdlib for NaN/Infinity.
-
-    Capture lines written by Python's json module may carry `-Infinity` log
-    probabilities, which orjson rejects.
-    """
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        import json
-
-        return json.loads(data)
-
-
-_LIFTED_KEYS = (b'"prompt_token_ids":[', b'"generation_token_ids":[')
-_LIFT_PLACEHOLDER = "\u0000lifted token ids\u0000"
-_ID_BYTES = b"0123456789,"
-
-
-def ids_from_text(segment: bytes) -> np.ndarray | None:
-    """Parse `1,2,3` straight into int32 without Python ints; None when unsure."""
-    if not segment:
-        return _EMPTY_IDS
-    if segment.translate(None, _ID_BYTES):  # signs, dots, spaces...: leave it to the slow path
-        return None
-    try:
-        ids = np.fromstring(segment, dtype=np.int64, sep=",")
-    except ValueError:
-        return None
-    if len(ids) != segment.count(b",") + 1 or int(ids.max()) > _INT32.max:
-        return None  # an empty element or an overflowing id: let the slow path report it
-    return ids.astype(np.int32)
-
-
-def _loads_lifting_token_ids(line: bytes) -> Any:
-    """`loads_json`, with the two large token arrays parsed by numpy directly from the text.
-
-    Building millions of Python ints only to copy them into arrays costs about
-    twice the time and leaves the allocator holding the memory afterwards. Each
-    array is cut out of the line and replaced by a placeholder string; if the
-    placeholder does not land on the top-level key (an unusual line layout),
-    the line is parsed the ordinary way instead.
-    """
-    lifted: dict[str, np.ndarray] = {}
-    text = line
-    for key in _LIFTED_KEYS:
-        start = text.find(key)
-        if start < 0:
-            continue
-        begin = start + len(key)
-        end = text.find(b"]", begin)
-        ids = ids_from_text(text[begin:end]) if end >= 0 else None
-        if ids is None:
-            continue
-        name = key[1 : key.index(b'"', 1)].decode()
-        text = text[: begin - 1] + orjson.dumps(_LIFT_PLACEHOLDER) + text[end + 1 :]
-        lifted[name] = ids
-    data = loads_json(text)
-    if not lifted:
-        return data
-    if not isinstance(data, dict) or any(data.get(k) != _LIFT_PLACEHOLDER for k in lifted):
-        return loads_json(line)
-    data.update(lifted)
-    return data
 
 
 def _token_ids(name: str, value: object) -> np.ndarray:
@@ -250,7 +170,7 @@ class TokenEntry:
         if isinstance(line, str):
             line = line.encode()
         try:
-            data = _loads_lifting_token_ids(line)
+            data = loads_with_token_arrays(line)
         except ValueError as exc:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
         return cls.from_dict(data)
@@ -285,20 +205,6 @@ class TokenEntry:
     @property
     def cumulative_length(self) -> int:
         return len(self.prompt_token_ids) + len(self.generation_token_ids)
-
-
-def dumps_entry_line(data: Mapping[str, Any]) -> bytes:
-    """Compact, sorted-key JSON of one entry (no newline), as the file store writes it.
-
-    Non-finite log probabilities go through the stdlib, which writes
-    `-Infinity`; orjson would silently turn them into null.
-    """
-    log_probs = data.get("generation_log_probs")
-    if isinstance(log_probs, list) and not all(map(math.isfinite, log_probs)):
-        import json
-
-        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-    return orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
 
 
 @dataclass(frozen=True, slots=True)

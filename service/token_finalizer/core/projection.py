@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from token_finalizer.builder import BuildFailed
-from token_finalizer.records import TokenEntry
+from token_finalizer.core.entries import TokenEntry
+from token_finalizer.core.prefix_merging import BuildFailed
 
 __all__ = ["project_response"]
 

@@ -8,44 +8,44 @@ from __future__ import annotations
 
 from typing import Any
 
-from token_finalizer.api.errors import ApiError
-from token_finalizer.api.state import ServiceState
-from token_finalizer.delivery import capture_build_can_retire, retire_rollout_token_capture
-from token_finalizer.errors import InvalidRolloutId
-from token_finalizer.identity import check_store_id
+from token_finalizer.core.delivery import capture_build_can_retire, retire_rollout_token_capture
+from token_finalizer.core.errors import InvalidRolloutId
+from token_finalizer.core.identity import check_store_id
+from token_finalizer.service.errors import InvalidRequest
+from token_finalizer.service.state import ServiceState
 
 __all__ = ["retire"]
 
 
 def _rollout_id(body: dict[str, Any]) -> str:
     if body.get("rollout_id") is None:
-        raise ApiError(422, "retire body needs `rollout_id` (the id finalize answered)")
+        raise InvalidRequest("retire body needs `rollout_id` (the id finalize answered)")
     try:
         return check_store_id(body["rollout_id"])
     except InvalidRolloutId as exc:
-        raise ApiError(422, f"retire body: {exc}") from None
+        raise InvalidRequest(f"retire body: {exc}") from None
 
 
 def _build(body: dict[str, Any]) -> dict[str, Any] | None:
     if "build" not in body:
-        raise ApiError(422, "retire body needs `build` (the build finalize answered)")
+        raise InvalidRequest("retire body needs `build` (the build finalize answered)")
     build = body["build"]
     if build is not None and not isinstance(build, dict):
-        raise ApiError(422, "retire body: `build` must be a JSON object or null")
+        raise InvalidRequest("retire body: `build` must be a JSON object or null")
     return build
 
 
 def _source_name(body: dict[str, Any]) -> str | None:
     name = body.get("source")
     if name is not None and not isinstance(name, str):
-        raise ApiError(422, "retire body: `source` must be a string naming a configured source")
+        raise InvalidRequest("retire body: `source` must be a string naming a configured source")
     return name
 
 
 async def retire(
     state: ServiceState, body: dict[str, Any], *, log: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Retire the snapshot a build consumed: `{"retired": bool}`; ApiError 404/422.
+    """Retire the snapshot a build consumed: `{"retired": bool}`; InvalidRequest / UnknownSource.
 
     `log` receives the request-log fields (rollout id, source, outcome) as they become known.
     """

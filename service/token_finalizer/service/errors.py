@@ -1,0 +1,38 @@
+"""What the service layer refuses, in its own terms (no HTTP here).
+
+    ServiceError                 base
+    ├── InvalidRequest           a request body the operation cannot use (a retire without an id...)
+    ├── UnknownSource            a source name that is not configured
+    └── MaskFractionExceeded     the run crossed `token_id_capture.max_mask_fraction`
+
+The HTTP API maps each class to a status in one table (`api/errors.py`); the
+batch command line maps them to line outcomes and exit codes in another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["InvalidRequest", "MaskFractionExceeded", "ServiceError", "UnknownSource"]
+
+
+class ServiceError(Exception):
+    """Base of every refusal of the service layer; `details` go into the error answer."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: Mapping[str, Any] = details
+
+
+class InvalidRequest(ServiceError):
+    """A request whose content the operation cannot use."""
+
+
+class UnknownSource(ServiceError):
+    """A source name that is not configured (sources are never created on the fly)."""
+
+
+class MaskFractionExceeded(ServiceError):
+    """The run masked more than its allowed fraction; details: finalized, masked, reasons."""

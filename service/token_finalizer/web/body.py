@@ -1,0 +1,112 @@
+"""The one reader of JSON-object request bodies, for the finalizer API and the store server.
+
+A body over the limit is refused from its Content-Length before a byte of it
+is read, and a chunked body (no length announced) is cut off as soon as it
+grows past the limit, so a runaway client cannot make a server buffer it.
+Large bodies are parsed in a worker thread so one big rollout does not stall
+the event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+from starlette.requests import ClientDisconnect, Request
+
+from token_finalizer._constants import PARSE_IN_THREAD_MIN_BYTES
+from token_finalizer.core.codec import loads_json, loads_strict_json
+from token_finalizer.web.errors import HttpError
+
+__all__ = ["JsonBody", "read_json_object"]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonBody:
+    """A parsed request body and its size on the wire (which decides threading later)."""
+
+    data: dict[str, Any]
+    size: int
+
+    @property
+    def large(self) -> bool:
+        """Whether work proportional to this body belongs in a worker thread."""
+        return self.size >= PARSE_IN_THREAD_MIN_BYTES
+
+
+def _declared_length(request: Request) -> int | None:
+    header = request.headers.get("content-length")
+    if header is None:
+        return None
+    try:
+        length = int(header)
+    except ValueError:
+        raise HttpError(400, f"Content-Length {header!r} is not an integer") from None
+    if length < 0:
+        raise HttpError(400, f"Content-Length {header!r} is negative")
+    return length
+
+
+async def _read_limited(request: Request, limit: int, limit_name: str) -> bytearray:
+    too_large = HttpError(413, f"request body is larger than {limit_name} ({limit} bytes)")
+    declared = _declared_length(request)
+    if declared is not None and declared > limit:
+        raise too_large
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_large
+    except ClientDisconnect:
+        raise HttpError(400, "the client disconnected before sending the whole body") from None
+    return body
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    return "number"
+
+
+async def read_json_object(
+    request: Request,
+    *,
+    limit: int,
+    limit_name: str = "the limit",
+    invalid_status: int = 400,
+    allow_empty: bool = False,
+    allow_non_finite: bool = False,
+) -> JsonBody:
+    """The request body as a JSON object; HttpError (`invalid_status` or 413) when it is not one.
+
+    `allow_empty` reads an empty body as `{}` (protocol calls whose body is optional).
+    `allow_non_finite` admits NaN/Infinity, which Python writers put in log probs;
+    finalize bodies refuse them, since a record could not be answered as valid JSON.
+    """
+    parse = loads_json if allow_non_finite else loads_strict_json
+    body = await _read_limited(request, limit, limit_name)
+    if not body.strip():
+        if allow_empty:
+            return JsonBody(data={}, size=0)
+        raise HttpError(invalid_status, "request body is empty; expected a JSON object")
+    try:
+        if len(body) >= PARSE_IN_THREAD_MIN_BYTES:
+            data = await anyio.to_thread.run_sync(parse, bytes(body))
+        else:
+            data = parse(bytes(body))
+    except ValueError as exc:
+        raise HttpError(invalid_status, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise HttpError(
+            invalid_status,
+            f"request body must be a JSON object, got a JSON {_json_type(data)}",
+        )
+    return JsonBody(data=data, size=len(body))
