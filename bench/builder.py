@@ -106,7 +106,7 @@ async def _finalize_child(directory: str, repeats: int) -> None:
         build = await finalize_record(record, store)
         body = encode_json(record)
         times.append(time.perf_counter() - start)
-        if build is None or build["mask_sample"]:
+        if build is None or build.mask_sample:
             raise RuntimeError(f"benchmark capture did not build cleanly: {build}")
         del body, record, build
     peak = peak_rss_bytes()

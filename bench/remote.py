@@ -71,9 +71,9 @@ async def _finalize_times(
                 start = time.perf_counter()
                 build = await finalize_record(record, source)
                 elapsed = time.perf_counter() - start
-                if build is None or build["mask_sample"]:
+                if build is None or build.mask_sample:
                     raise RuntimeError(f"the {name} source did not build the rollout: {build}")
-                signatures.setdefault(name, _signature(build))
+                signatures.setdefault(name, _signature(build.to_dict()))
                 if repeat:
                     times[name].append(elapsed)
                 del build, record

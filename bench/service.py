@@ -164,7 +164,7 @@ async def _in_process(capture_dir: Path, rollout_id: str) -> float:
     build = await finalize_record(record_for(rollout_id), store)
     elapsed = time.perf_counter() - started
     assert build is not None, "no build"
-    assert not build["mask_sample"], build.get("error")
+    assert not build.mask_sample, build.error
     return elapsed
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from token_finalizer.core.build import build_from_snapshot, mask_reason
+from token_finalizer.core.build import Build, BuildKind, SnapshotRef
 from token_finalizer.core.delivery import (
     MASK_SAMPLE_KEY,
     TOKEN_CAPTURE_KEY,
@@ -25,6 +25,7 @@ from token_finalizer.core.errors import (
 )
 from token_finalizer.core.identity import check_store_id, rollout_id_of
 from token_finalizer.core.protocols import TokenSink, TokenSource
+from token_finalizer.core.rebuild import rebuild_snapshot
 from token_finalizer.sources import FileTokenStore, MemoryTokenStore, open_source
 
 __version__ = "0.1.0"
@@ -32,6 +33,8 @@ __version__ = "0.1.0"
 __all__ = [
     "MASK_SAMPLE_KEY",
     "TOKEN_CAPTURE_KEY",
+    "Build",
+    "BuildKind",
     "CaptureConflict",
     "CaptureCorrupt",
     "CaptureError",
@@ -41,19 +44,19 @@ __all__ = [
     "InvalidRolloutId",
     "MemoryTokenStore",
     "Snapshot",
+    "SnapshotRef",
     "SourceUnavailable",
     "TokenEntry",
     "TokenEntryError",
     "TokenSink",
     "TokenSource",
     "__version__",
-    "build_from_snapshot",
     "capture_build_can_retire",
     "check_store_id",
     "finalize_record",
     "finalize_rollout_token_capture",
-    "mask_reason",
     "open_source",
+    "rebuild_snapshot",
     "retire_rollout_token_capture",
     "rollout_carries_token_ids",
     "rollout_id_of",

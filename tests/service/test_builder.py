@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.captures import agent_rollout, assert_prefix_contiguous, make_entry, snapshot_of
-from token_finalizer import build_from_snapshot
+from token_finalizer import rebuild_snapshot
 
 
 def _build(*entries: dict[str, Any], incomplete: bool = False) -> dict[str, Any]:
-    return build_from_snapshot(snapshot_of(list(entries), incomplete=incomplete), model="m")
+    return rebuild_snapshot(snapshot_of(list(entries), incomplete=incomplete), model="m").to_dict()
 
 
 def _call(call_id: str, prompt: list[int], generation: list[int], **kw: Any) -> dict[str, Any]:
@@ -169,9 +169,9 @@ def test_duplicate_call_ids_fail_the_build() -> None:
 
 def test_thousand_turn_rollout_builds_without_recursion() -> None:
     """A 1000-call chain builds into one contiguous chain."""
-    build = build_from_snapshot(
+    build = rebuild_snapshot(
         snapshot_of(agent_rollout("deep", calls=1000, new_tokens_per_turn=4)), model="m"
-    )
+    ).to_dict()
     assert build["mask_sample"] is False
     assert build["metrics"]["chains"] == 1
     assert len(build["rebuilt_response"]["output"]) == 1000

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from bench._trie_baseline import build_response
 from tests.support.captures import assert_prefix_contiguous, make_entry, snapshot_of
-from token_finalizer import build_from_snapshot
+from token_finalizer import rebuild_snapshot
 from token_finalizer.core.codec import encode_json
 
 
@@ -61,8 +61,8 @@ def test_entry_order_never_changes_the_build(
     """Shuffling the snapshot's entries yields the identical build."""
     shuffled = list(entries)
     rnd.shuffle(shuffled)
-    assert _encoded(build_from_snapshot(snapshot_of(entries))) == _encoded(
-        build_from_snapshot(snapshot_of(shuffled))
+    assert _encoded(rebuild_snapshot(snapshot_of(entries)).to_dict()) == _encoded(
+        rebuild_snapshot(snapshot_of(shuffled)).to_dict()
     )
 
 
@@ -72,7 +72,7 @@ def test_successful_builds_are_contiguous_and_masked_by_the_rule(
     entries: list[dict[str, Any]],
 ) -> None:
     """A build never raises; a success is contiguous and masked exactly when §7 says."""
-    build = build_from_snapshot(snapshot_of(entries))
+    build = rebuild_snapshot(snapshot_of(entries)).to_dict()
     if build["rebuilt_response"] is None:
         assert build["mask_sample"] is True and build["error"]
         return
@@ -86,7 +86,7 @@ def test_successful_builds_are_contiguous_and_masked_by_the_rule(
 @given(forests())
 def test_build_agrees_with_the_per_token_trie_baseline(entries: list[dict[str, Any]]) -> None:
     """The rebuilt response equals the independent trie implementation's, or both find no chain."""
-    build = build_from_snapshot(snapshot_of(entries), model="m")
+    build = rebuild_snapshot(snapshot_of(entries), model="m").to_dict()
     try:
         expected = build_response(entries, "r", "m")
     except ValueError:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.captures import assert_prefix_contiguous, make_entry, snapshot_of
-from token_finalizer import build_from_snapshot
+from token_finalizer import rebuild_snapshot
 
 
 def _response(*entries: dict[str, Any], model: str = "m") -> dict[str, Any]:
-    build = build_from_snapshot(snapshot_of(list(entries)), model=model)
+    build = rebuild_snapshot(snapshot_of(list(entries)), model=model).to_dict()
     assert build["rebuilt_response"] is not None, build.get("error")
     return build["rebuilt_response"]
 
@@ -88,10 +88,10 @@ def test_response_envelope_and_usage() -> None:
 def test_two_items_carrying_tokens_violate_contiguity_and_mask() -> None:
     """Two inline token items in one call break contiguity: the build fails, masked."""
     items = [{"type": "a", "generation_token_ids": [3]}, {"type": "b", "generation_token_ids": [3]}]
-    build = build_from_snapshot(
+    build = rebuild_snapshot(
         snapshot_of([make_entry("r", "c1", [1], [3], output_items=items, token_item_index=None)]),
         model="m",
-    )
+    ).to_dict()
     assert build["rebuilt_response"] is None and build["mask_sample"] is True
     assert build["error"].startswith("prefix contiguity violated")
 

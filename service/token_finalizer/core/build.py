@@ -1,108 +1,188 @@
-"""Assemble what finalize returns (the build) from a frozen snapshot."""
+"""The build: what finalizing one record produced, as one typed, immutable value.
+
+A build is made by exactly one named constructor per case, and decides its
+mask reason where the decision is made. It becomes the seed's JSON object
+(`to_dict`) only at the edges: the delivery functions, the HTTP answer and
+the batch output. See docs/records-and-builds.md#the-build.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
-from token_finalizer._constants import FRACTION_DIGITS
+import numpy as np
+
 from token_finalizer.core.entries import Snapshot
-from token_finalizer.core.prefix_merging import BuildFailed, build_forest
-from token_finalizer.core.projection import project_response
 
-__all__ = [
-    "BUILDER_NAME",
-    "EMPTY_CAPTURE_ERROR",
-    "build_from_snapshot",
-    "mask_reason",
-    "snapshot_ref",
-]
+__all__ = ["MASK_SAMPLE_KEY", "Build", "BuildKind", "SnapshotRef", "error_head"]
 
-BUILDER_NAME = "prefix_merging"
-EMPTY_CAPTURE_ERROR = "capture contains no token records"
+MASK_SAMPLE_KEY = "mask_sample"
+CAPTURE_SNAPSHOT_KEY = "_capture_snapshot"
+REDUNDANT_CAPTURE_KEY = "_redundant_capture"
 
 
-def _fraction(numerator: int, denominator: int) -> float:
-    return round(numerator / denominator, FRACTION_DIGITS) if denominator else 0.0
+def error_head(error: str) -> str:
+    """The low-cardinality head of an error text: `"ValueError: ..."` -> `"ValueError"`."""
+    return error.partition(":")[0]
 
 
-def snapshot_ref(snapshot: Snapshot) -> dict[str, Any]:
-    """The exact snapshot a build consumed: what retire must name."""
-    return {"snapshot_id": snapshot.snapshot_id, "version": snapshot.version}
+@dataclass(frozen=True, slots=True)
+class SnapshotRef:
+    """The exact frozen snapshot a build consumed: what a retire must name."""
+
+    snapshot_id: str
+    version: int
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> SnapshotRef:
+        return cls(snapshot_id=snapshot.snapshot_id, version=snapshot.version)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"snapshot_id": self.snapshot_id, "version": self.version}
 
 
-def _failed(snapshot: Snapshot, error: str) -> dict[str, Any]:
-    metrics: dict[str, Any] = {"n_calls": len(snapshot.entries)}
-    if snapshot.incomplete:
-        metrics["capture_incomplete"] = True
-    return {
-        "rollout_id": snapshot.rollout_id,
-        "builder": BUILDER_NAME,
-        "rebuilt_response": None,
-        "mask_sample": True,
-        "error": error,
-        "metrics": metrics,
-        "_capture_snapshot": snapshot_ref(snapshot),
-    }
+class BuildKind(StrEnum):
+    """Which case produced a build."""
+
+    BUILT = "built"  # a rebuilt response (masked or not)
+    FAILED = "failed"  # the freeze, the builder or the projection failed
+    UNUSABLE = "unusable"  # the record itself cannot be finalized (no or malformed id)
+    REDUNDANT = "redundant_capture"  # the record already carried its tokens
 
 
-def build_from_snapshot(snapshot: Snapshot, *, model: str = "") -> dict[str, Any]:
-    """Rebuild the response of one frozen snapshot; a failure is a masked build, not a raise."""
-    if not snapshot.entries:
-        return _failed(snapshot, EMPTY_CAPTURE_ERROR)
-    try:
-        forest = build_forest(snapshot.entries)
-        response = project_response(forest.main_chain, rollout_id=snapshot.rollout_id, model=model)
-    except BuildFailed as exc:
-        return _failed(snapshot, str(exc))
-    n_calls = len(snapshot.entries)
-    metrics: dict[str, Any] = {
-        "n_calls": n_calls,
-        "chains": forest.chains,
-        "roots": forest.roots,
-        "quarantined_calls": forest.quarantined_calls,
-        "quarantined_fraction": _fraction(forest.quarantined_calls, n_calls),
-        "delivered_fraction": _fraction(
-            forest.generated_tokens_delivered, forest.generated_tokens_captured
-        ),
-        "generated_tokens_captured": forest.generated_tokens_captured,
-        "generated_tokens_delivered": forest.generated_tokens_delivered,
-        "empty_generation_calls": forest.empty_generation_calls,
-    }
-    if snapshot.incomplete:
-        metrics["capture_incomplete"] = True
-    masked = (
-        bool(forest.unresolved_retries)
-        or forest.roots != 1
-        or forest.chains != 1
-        or snapshot.incomplete
-    )
-    return {
-        "rollout_id": snapshot.rollout_id,
-        "builder": BUILDER_NAME,
-        "rebuilt_response": response,
-        "metrics": metrics,
-        "mask_sample": masked,
-        "unresolved_retries": forest.unresolved_retries,
-        "_capture_snapshot": snapshot_ref(snapshot),
-    }
+@dataclass(frozen=True, slots=True)
+class Build:
+    """One finalize result. Use the constructors; never build one field by field."""
 
+    kind: BuildKind
+    mask_sample: bool
+    metrics: Mapping[str, Any]
+    rollout_id: str | None = None
+    builder: str | None = None
+    rebuilt_response: dict[str, Any] | None = None
+    mask_reason: str | None = None
+    error: str | None = None
+    unresolved_retries: tuple[str, ...] = ()
+    snapshot: SnapshotRef | None = None
 
-def mask_reason(build: dict[str, Any] | None) -> str | None:
-    """A short, low-cardinality reason for a masked build (None when not masked).
+    @classmethod
+    def built(
+        cls,
+        snapshot: Snapshot,
+        *,
+        builder: str,
+        response: dict[str, Any],
+        metrics: Mapping[str, Any],
+        mask_reason: str | None,
+        unresolved_retries: Sequence[str] = (),
+    ) -> Build:
+        """A rebuilt response; masked exactly when `mask_reason` is set."""
+        return cls(
+            kind=BuildKind.BUILT,
+            rollout_id=snapshot.rollout_id,
+            builder=builder,
+            rebuilt_response=response,
+            metrics=metrics,
+            mask_sample=mask_reason is not None,
+            mask_reason=mask_reason,
+            unresolved_retries=tuple(unresolved_retries),
+            snapshot=SnapshotRef.of(snapshot),
+        )
 
-    Used to aggregate: Prometheus labels and the mask-fraction guard's counts.
-    """
-    if not isinstance(build, dict) or not build.get("mask_sample"):
-        return None
-    error = build.get("error")
-    if error:
-        # "<ExceptionType>: <message>" and "malformed rollout id: <detail>" keep their head.
-        return str(error).partition(":")[0]
-    metrics = build.get("metrics") or {}
-    if metrics.get("capture_incomplete"):
-        return "capture incomplete"
-    if build.get("unresolved_retries"):
-        return "unresolved retries"
-    if metrics.get("roots") != 1:
-        return "multiple roots"
-    return "multiple chains"
+    @classmethod
+    def failed(
+        cls,
+        rollout_id: str,
+        error: str,
+        *,
+        metrics: Mapping[str, Any],
+        builder: str | None = None,
+        snapshot: Snapshot | None = None,
+        mask_reason: str | None = None,
+    ) -> Build:
+        """No rebuilt response: always masked; `snapshot` when the freeze had succeeded."""
+        return cls(
+            kind=BuildKind.FAILED,
+            rollout_id=rollout_id,
+            builder=builder,
+            metrics=metrics,
+            mask_sample=True,
+            mask_reason=mask_reason or error_head(error),
+            error=error,
+            snapshot=None if snapshot is None else SnapshotRef.of(snapshot),
+        )
+
+    @classmethod
+    def unusable(cls, error: str) -> Build:
+        """A record that needed tokens and cannot get them; nothing was consumed."""
+        return cls(
+            kind=BuildKind.UNUSABLE,
+            metrics={"n_calls": 0, "error": error},
+            mask_sample=True,
+            mask_reason=error_head(error),
+            error=error,
+        )
+
+    @classmethod
+    def redundant_capture(cls, snapshot: Snapshot) -> Build:
+        """A record that carries its own tokens; its frozen capture may be retired."""
+        return cls(
+            kind=BuildKind.REDUNDANT,
+            metrics={},
+            mask_sample=False,
+            snapshot=SnapshotRef.of(snapshot),
+        )
+
+    @property
+    def retirable(self) -> bool:
+        """Whether retiring this build's snapshot is allowed (never for a masked build)."""
+        if self.mask_sample or self.snapshot is None:
+            return False
+        return self.kind in (BuildKind.BUILT, BuildKind.REDUNDANT)
+
+    @property
+    def token_count(self) -> int:
+        """Token ids in the rebuilt output: a cheap size estimate of an answer."""
+        if self.rebuilt_response is None:
+            return 0
+        count = 0
+        for item in self.rebuilt_response.get("output") or ():
+            if isinstance(item, dict):
+                count += sum(v.size for v in item.values() if isinstance(v, np.ndarray))
+        return count
+
+    def record_capture(self) -> dict[str, Any]:
+        """What the record's `_ng_token_capture` receives: the metrics, plus the error."""
+        capture = dict(self.metrics)
+        if self.error:
+            capture["error"] = self.error
+        return capture
+
+    def to_dict(self) -> dict[str, Any]:
+        """The seed's JSON object for this build (token arrays left as they are)."""
+        if self.kind is BuildKind.REDUNDANT:
+            assert self.snapshot is not None
+            return {
+                "rebuilt_response": None,
+                MASK_SAMPLE_KEY: False,
+                REDUNDANT_CAPTURE_KEY: True,
+                CAPTURE_SNAPSHOT_KEY: self.snapshot.to_dict(),
+            }
+        data: dict[str, Any] = {}
+        if self.rollout_id is not None:
+            data["rollout_id"] = self.rollout_id
+        if self.builder is not None:
+            data["builder"] = self.builder
+        data["rebuilt_response"] = self.rebuilt_response
+        data["metrics"] = dict(self.metrics)
+        data[MASK_SAMPLE_KEY] = self.mask_sample
+        if self.error is not None:
+            data["error"] = self.error
+        if self.kind is BuildKind.BUILT:
+            data["unresolved_retries"] = list(self.unresolved_retries)
+        if self.snapshot is not None:
+            data[CAPTURE_SNAPSHOT_KEY] = self.snapshot.to_dict()
+        return data

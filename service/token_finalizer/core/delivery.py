@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from token_finalizer._constants import BUILD_IN_THREAD_MIN_TOKENS
-from token_finalizer.core.build import build_from_snapshot, snapshot_ref
+from token_finalizer.core.build import MASK_SAMPLE_KEY, REDUNDANT_CAPTURE_KEY, Build
 from token_finalizer.core.entries import Snapshot
 from token_finalizer.core.errors import InvalidRolloutId
 from token_finalizer.core.identity import rollout_id_of
 from token_finalizer.core.protocols import TokenSource
+from token_finalizer.core.rebuild import rebuild_snapshot
 
 __all__ = [
     "MASK_SAMPLE_KEY",
@@ -36,9 +37,8 @@ __all__ = [
     "rollout_carries_token_ids",
 ]
 
-MASK_SAMPLE_KEY = "mask_sample"
 TOKEN_CAPTURE_KEY = "_ng_token_capture"
-_REDUNDANT_CAPTURE_KEY = "_redundant_capture"
+_REDUNDANT_CAPTURE_KEY = REDUNDANT_CAPTURE_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -54,12 +54,16 @@ def _unusable(result: dict, error: str, message: str) -> dict:
     record keeps the reason for aggregate reporting. There is no snapshot in
     the answer: nothing was consumed, so nothing may be retired.
     """
+    return _mark_unusable(result, error, message).to_dict()
+
+
+def _mark_unusable(result: dict, error: str, message: str) -> Build:
     logger.warning("%s", message)
-    metrics: dict[str, Any] = {"n_calls": 0, "error": error}
+    build = Build.unusable(error)
     if isinstance(result, dict):  # a non-object record has nowhere to carry the mark
         result[MASK_SAMPLE_KEY] = True
-        result[TOKEN_CAPTURE_KEY] = metrics
-    return {"rebuilt_response": None, MASK_SAMPLE_KEY: True, "error": error, "metrics": metrics}
+        result[TOKEN_CAPTURE_KEY] = build.record_capture()
+    return build
 
 
 def _has_items(value: object) -> bool:
@@ -93,20 +97,17 @@ def capture_build_can_retire(built: dict | None) -> bool:
     return built.get("rebuilt_response") is not None or bool(built.get(_REDUNDANT_CAPTURE_KEY))
 
 
-def _apply(result: dict, build: dict[str, Any]) -> None:
+def _apply(result: dict, build: Build) -> None:
     """Write a build into its record: only response.output and the capture keys change."""
-    rebuilt = build.get("rebuilt_response")
+    rebuilt = build.rebuilt_response
     if rebuilt is not None:
         response = result.get("response")
         if isinstance(response, dict):
             response["output"] = rebuilt["output"]
         else:
             result["response"] = rebuilt
-    capture = dict(build.get("metrics") or {})
-    if build.get("error"):
-        capture["error"] = build["error"]
-    result[TOKEN_CAPTURE_KEY] = capture
-    if build.get(MASK_SAMPLE_KEY):
+    result[TOKEN_CAPTURE_KEY] = build.record_capture()
+    if build.mask_sample:
         result[MASK_SAMPLE_KEY] = True
 
 
@@ -116,45 +117,41 @@ def _record_model(result: dict) -> str:
     return model if isinstance(model, str) else ""
 
 
-async def _build(result: dict, rollout_id: str, source: TokenSource) -> dict[str, Any]:
+async def _build(result: dict, rollout_id: str, source: TokenSource) -> Build:
     try:
         snapshot: Snapshot = await source.freeze(rollout_id)
     except Exception as exc:
         logger.warning("freeze of rollout %s failed: %s", rollout_id, _describe(exc))
-        error = _describe(exc)
-        return {
-            "rollout_id": rollout_id,
-            "rebuilt_response": None,
-            MASK_SAMPLE_KEY: True,
-            "error": error,
-            "metrics": {"n_calls": 0},
-        }
+        return Build.failed(rollout_id, _describe(exc), metrics={"n_calls": 0})
     model = _record_model(result)
     tokens = sum(e.cumulative_length for e in snapshot.entries)
     if tokens >= BUILD_IN_THREAD_MIN_TOKENS:
         # Large builds run off the event loop so one long rollout cannot stall
         # every other request of the process.
-        return await asyncio.to_thread(build_from_snapshot, snapshot, model=model)
-    return build_from_snapshot(snapshot, model=model)
+        return await asyncio.to_thread(rebuild_snapshot, snapshot, model=model)
+    return rebuild_snapshot(snapshot, model=model)
 
 
-async def finalize_record(result: dict, source: TokenSource | None) -> dict | None:
-    """`finalize_rollout_token_capture`, leaving token fields as numpy arrays.
+async def finalize_record(result: dict, source: TokenSource | None) -> Build | None:
+    """Finalize one record in place and return its typed Build (None without a source).
 
-    The service serializes these arrays directly (orjson), which avoids turning
-    millions of token ids into Python ints only to encode them again.
+    Token fields stay numpy arrays: the service serializes them directly
+    (orjson), which avoids turning millions of ids into Python ints only to
+    encode them again. Never raises; never retires.
     """
     if source is None:
         return None
     try:
         rollout_id = rollout_id_of(result)
     except InvalidRolloutId as exc:
-        return _unusable(result, f"malformed rollout id: {exc}", f"malformed rollout id: {exc}")
+        return _mark_unusable(
+            result, f"malformed rollout id: {exc}", f"malformed rollout id: {exc}"
+        )
     try:
         if rollout_carries_token_ids(result):
             return await _redundant_capture(rollout_id, source)
         if rollout_id is None:
-            return _unusable(
+            return _mark_unusable(
                 result, "no capture key", "rollout record names no rollout id; masking it"
             )
         build = await _build(result, rollout_id, source)
@@ -162,10 +159,10 @@ async def finalize_record(result: dict, source: TokenSource | None) -> dict | No
         return build
     except Exception as exc:
         logger.exception("finalize of rollout %s failed unexpectedly", rollout_id)
-        return _unusable(result, _describe(exc), f"finalize failed: {_describe(exc)}")
+        return _mark_unusable(result, _describe(exc), f"finalize failed: {_describe(exc)}")
 
 
-async def _redundant_capture(rollout_id: str | None, source: TokenSource) -> dict | None:
+async def _redundant_capture(rollout_id: str | None, source: TokenSource) -> Build | None:
     """Freeze the capture of a record that already carries its own token ids.
 
     The record stays as it is; the frozen capture is handed back only so that
@@ -178,12 +175,7 @@ async def _redundant_capture(rollout_id: str | None, source: TokenSource) -> dic
     except Exception as exc:
         logger.warning("freeze of redundant capture %s failed: %s", rollout_id, _describe(exc))
         return None
-    return {
-        "rebuilt_response": None,
-        MASK_SAMPLE_KEY: False,
-        _REDUNDANT_CAPTURE_KEY: True,
-        "_capture_snapshot": snapshot_ref(snapshot),
-    }
+    return Build.redundant_capture(snapshot)
 
 
 def _to_lists(items: list[Any]) -> None:
@@ -203,11 +195,12 @@ async def finalize_rollout_token_capture(result: dict, source: TokenSource | Non
     None. Never raises; never retires.
     """
     build = await finalize_record(result, source)
-    rebuilt = build.get("rebuilt_response") if build else None
-    if rebuilt is not None:
+    if build is None:
+        return None
+    if build.rebuilt_response is not None:
         # The record and the build share these item dicts: one pass converts both.
-        _to_lists(rebuilt["output"])
-    return build
+        _to_lists(build.rebuilt_response["output"])
+    return build.to_dict()
 
 
 async def retire_rollout_token_capture(

@@ -19,6 +19,7 @@ from token_finalizer._constants import TOKEN_ENTRY_SCHEMA_VERSION
 from token_finalizer.core.codec import loads_with_token_arrays
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError
 from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.lineage_fields import Lineage, parse_lineage
 
 __all__ = ["Snapshot", "TokenEntry"]
 
@@ -97,6 +98,8 @@ class TokenEntry:
     token_item_index: int | None = None
     created_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Parsed from `extra`, which keeps the raw values for a byte-exact round trip.
+    lineage: Lineage = field(default_factory=Lineage)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TokenEntry:
@@ -162,6 +165,7 @@ class TokenEntry:
             token_item_index=index,
             created_at=float(created_at),
             extra={k: v for k, v in data.items() if k not in _KNOWN_FIELDS},
+            lineage=parse_lineage(data),
         )
 
     @classmethod
@@ -201,6 +205,35 @@ class TokenEntry:
         if self.routed_experts is not None:
             data["routed_experts"] = self.routed_experts
         return data
+
+    # Flat views of the lineage fields, for code that reads entries of any origin.
+    @property
+    def response_id(self) -> str | None:
+        return self.lineage.response_id
+
+    @property
+    def digest(self) -> str | None:
+        return self.lineage.digest
+
+    @property
+    def cum_len(self) -> int | None:
+        return self.lineage.cum_len
+
+    @property
+    def continuation_fingerprint(self) -> str:
+        return self.lineage.continuation_fingerprint
+
+    @property
+    def fingerprint_version(self) -> int | None:
+        return self.lineage.fingerprint_version
+
+    @property
+    def parent_call_id(self) -> str | None:
+        return self.lineage.parent_call_id
+
+    @property
+    def prompt_is_delta(self) -> bool:
+        return self.lineage.prompt_is_delta
 
     @property
     def cumulative_length(self) -> int:

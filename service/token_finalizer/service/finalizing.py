@@ -11,11 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from token_finalizer._constants import ENCODE_IN_THREAD_MIN_TOKENS
-from token_finalizer.core.build import mask_reason
-from token_finalizer.core.delivery import capture_build_can_retire, finalize_record
+from token_finalizer.core.build import Build
+from token_finalizer.core.delivery import finalize_record
 from token_finalizer.core.errors import InvalidRolloutId
 from token_finalizer.core.identity import rollout_id_of
 from token_finalizer.service.errors import MaskFractionExceeded
@@ -45,24 +43,10 @@ def _rollout_id(record: dict[str, Any]) -> str | None:
         return None
 
 
-def _outcome(build: dict[str, Any] | None) -> str:
+def _outcome(build: Build | None) -> str:
     if build is None:
         return "no_build"
-    return "masked" if build.get("mask_sample") else "ok"
-
-
-def _token_count(build: dict[str, Any] | None) -> int:
-    """Token ids in the rebuilt output: a cheap size estimate of the answer."""
-    rebuilt = build.get("rebuilt_response") if build else None
-    if not isinstance(rebuilt, dict):
-        return 0
-    count = 0
-    for item in rebuilt.get("output") or ():
-        if isinstance(item, dict):
-            for value in item.values():
-                if isinstance(value, np.ndarray):
-                    count += value.size
-    return count
+    return "masked" if build.mask_sample else "ok"
 
 
 def _guarded(
@@ -104,16 +88,16 @@ async def finalize(
     outcome = _outcome(build)
     log["outcome"] = outcome
     state.metrics.finalize.labels(source.name, outcome).inc()
-    reason = mask_reason(build)
-    if reason is not None:
-        state.metrics.mask_reasons.labels(source.name, reason).inc()
+    if build is not None and build.mask_reason is not None:
+        state.metrics.mask_reasons.labels(source.name, build.mask_reason).inc()
     # The crossing call's build has happened and is counted; its answer is the 409.
     _guarded(state, log, state.guard.observe, run_id, build)
     answer = {
         "rollout_id": rollout_id,
         "source": source.name,
         "record": record,
-        "build": build,
-        "retirable": capture_build_can_retire(build),
+        "build": None if build is None else build.to_dict(),
+        "retirable": build is not None and build.retirable,
     }
-    return FinalizeResult(answer=answer, outcome=outcome, token_count=_token_count(build))
+    token_count = 0 if build is None else build.token_count
+    return FinalizeResult(answer=answer, outcome=outcome, token_count=token_count)

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from token_finalizer._constants import GUARD_MAX_RUNS
-from token_finalizer.core.build import mask_reason
+from token_finalizer.core.build import Build
 from token_finalizer.service.errors import MaskFractionExceeded
 
 __all__ = ["MaskFractionGuard"]
@@ -78,13 +77,13 @@ class MaskFractionGuard:
             self._runs.move_to_end(run_id)
             raise self._refusal(run_id, counts)
 
-    def observe(self, run_id: str, build: dict[str, Any] | None) -> None:
+    def observe(self, run_id: str, build: Build | None) -> None:
         """Count one finalize result; raise the 409 when this call crosses the threshold."""
         if not self.enabled or build is None:
             return
         counts = self._counts(run_id)
         counts.finalized += 1
-        reason = mask_reason(build)
+        reason = build.mask_reason
         if reason is not None:
             counts.masked += 1
             counts.reasons[reason] += 1

@@ -28,7 +28,8 @@ def _answer(*, record_has_response: bool = True) -> dict[str, Any]:
     async def finalize() -> dict[str, Any] | None:
         for entry in agent_rollout("r", calls=6, new_tokens_per_turn=50):
             await store.put(entry)
-        return await finalize_record(record, store)
+        build = await finalize_record(record, store)
+        return None if build is None else build.to_dict()
 
     build = anyio.run(finalize)
     return {

@@ -435,7 +435,8 @@ async def test_finalize_masks_every_failure_and_retires_nothing(
     drop = store.post(DROP).respond(200, json={"dropped": True})
     record = record_for("r1")
     async with HttpTokenSource(BASE, max_retries=0) as source:
-        build = await finalize_record(record, source)
+        built = await finalize_record(record, source)
+        build = None if built is None else built.to_dict()
         retired = await retire_rollout_token_capture("r1", source, build)
     assert build is not None
     assert (build["mask_sample"], record["mask_sample"], build["error"].startswith(reason)) == (
