@@ -228,6 +228,18 @@ class TokenEntry:
         return self.lineage.fingerprint_version
 
     @property
+    def continuation_context_len(self) -> int:
+        return self.lineage.continuation_context_len
+
+    @property
+    def continuation_context_digest(self) -> str:
+        return self.lineage.continuation_context_digest
+
+    @property
+    def parent_resolution(self) -> str | None:
+        return self.lineage.parent_resolution
+
+    @property
     def parent_call_id(self) -> str | None:
         return self.lineage.parent_call_id
 

@@ -1,0 +1,309 @@
+"""Terminal attribution (DESIGN §15): which captured call produced the scored response.
+
+The record names the kept call in up to four independent ways. Each witness
+either names one call or abstains with a reason; the verdict attributes only
+when every witness that spoke agrees, up to calls with identical token
+sequences (interchangeable for training). A contradiction attributes nothing
+and is kept in the reason trail, because it points at a real defect that
+ranking the witnesses would hide.
+
+Attribution runs on the raw snapshot and never fails a build: any exception
+yields "nothing attributed" with the reason ``attribution_error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from token_finalizer.core.fingerprint import (
+    FINGERPRINT_VERSION,
+    FingerprintError,
+    assistant_fingerprint,
+    is_model_authored,
+)
+
+__all__ = [
+    "TERMINAL_CALL_KEY",
+    "TERMINAL_RESPONSE_ID_KEY",
+    "AttributableCall",
+    "TerminalAttribution",
+    "attribute_terminal",
+    "declared_response_id",
+    "disabled_attribution",
+]
+
+TERMINAL_CALL_KEY = "_ng_terminal_model_call_id"
+TERMINAL_RESPONSE_ID_KEY = "terminal_response_id"
+
+NO_METHOD = "none"
+
+
+class AttributableCall(Protocol):
+    """What attribution reads from a captured call.
+
+    The lineage fields (``response_id``, ``digest``, ``cum_len``,
+    ``continuation_fingerprint``, ``fingerprint_version``) are read from the
+    entry itself, else from its ``lineage`` attribute (an object holding them),
+    and count as absent when the entry type has neither.
+    """
+
+    @property
+    def model_call_id(self) -> str: ...
+
+    @property
+    def prompt_token_ids(self) -> npt.NDArray[np.integer[Any]]: ...
+
+    @property
+    def generation_token_ids(self) -> npt.NDArray[np.integer[Any]]: ...
+
+    @property
+    def output_items(self) -> Sequence[Any]: ...
+
+
+@dataclass(frozen=True)
+class TerminalAttribution:
+    """The attributed call (or None), the winning method, and the reason trail.
+
+    ``declared`` records that the record declared a terminal response id: the
+    §14 mask rule treats that like an attribution even when it failed.
+    """
+
+    method: str
+    call_id: str | None
+    reason: str
+    declared: bool
+
+    @property
+    def attributed(self) -> bool:
+        return self.call_id is not None
+
+
+def disabled_attribution() -> TerminalAttribution:
+    """The answer when attribution is configured off.
+
+    The record's terminal claims are not consulted at all then, so nothing
+    counts as declared either.
+    """
+    return TerminalAttribution(NO_METHOD, None, "disabled", declared=False)
+
+
+def declared_response_id(record: Mapping[str, Any]) -> str | None:
+    """The record's declared terminal response id; a falsy value means none."""
+    return _given(record.get(TERMINAL_RESPONSE_ID_KEY))
+
+
+def attribute_terminal(
+    entries: Sequence[AttributableCall], record: Mapping[str, Any]
+) -> TerminalAttribution:
+    """Attribute the record's scored response to one call of the raw snapshot."""
+    try:
+        declared = declared_response_id(record) is not None
+    except Exception:
+        declared = False
+    try:
+        return _attribute(entries, record, declared)
+    except Exception:
+        return TerminalAttribution(NO_METHOD, None, "attribution_error", declared)
+
+
+def _attribute(
+    entries: Sequence[AttributableCall], record: Mapping[str, Any], declared: bool
+) -> TerminalAttribution:
+    reasons: list[str] = []
+    witnesses: list[tuple[str, AttributableCall]] = []
+
+    def unattributed() -> TerminalAttribution:
+        return TerminalAttribution(NO_METHOD, None, ",".join(reasons), declared)
+
+    explicit_id = _given(record.get(TERMINAL_CALL_KEY))
+    if explicit_id is not None:
+        # A duplicated id is looked up as its last copy, as a dict built in order would.
+        last_copy = {entry.model_call_id: entry for entry in entries}
+        named = last_copy.get(explicit_id)
+        if named is None:
+            reasons.append("explicit_terminal_not_captured")
+        else:
+            witnesses.append(("explicit", named))
+
+    declared_id = declared_response_id(record)
+    if declared_id is not None:
+        claimed = [entry for entry in entries if _attr(entry, "response_id") == declared_id]
+        winner = _collapse(claimed)
+        if winner is None:
+            # The harness said which response it kept; picking another call
+            # instead would train on a response nobody scored.
+            reasons.append("declared_ambiguous" if claimed else "declared_terminal_not_captured")
+            return unattributed()
+        witnesses.append(("declared", winner))
+
+    response = record.get("response")
+    if isinstance(response, dict) and response:
+        _response_id_witness(entries, response, reasons, witnesses)
+        _content_witness(entries, response, reasons, witnesses)
+    else:
+        reasons.append("no_response_object")
+
+    if not witnesses:
+        return unattributed()
+    if _collapse([entry for _, entry in witnesses]) is None:
+        named_by = ";".join(f"{method}={entry.model_call_id}" for method, entry in witnesses)
+        reasons.append(f"witness_disagreement[{named_by}]")
+        return unattributed()
+    method, named = witnesses[0]
+    if len(witnesses) > 1:
+        reasons.append("corroborated_by=" + "+".join(other for other, _ in witnesses[1:]))
+    return TerminalAttribution(method, named.model_call_id, ",".join(reasons), declared)
+
+
+def _response_id_witness(
+    entries: Sequence[AttributableCall],
+    response: dict[str, Any],
+    reasons: list[str],
+    witnesses: list[tuple[str, AttributableCall]],
+) -> None:
+    response_id = str(response.get("id") or "")
+    if not response_id:
+        reasons.append("response_has_no_id")
+        return
+    served = [
+        entry
+        for entry in entries
+        if (served_id := _attr(entry, "response_id")) and served_id == response_id
+    ]
+    if not served:
+        reasons.append("response_id_no_match")
+        return
+    winner = _collapse(served)
+    if winner is None:
+        reasons.append("response_id_ambiguous")
+    else:
+        witnesses.append(("response_id", winner))
+
+
+def _content_witness(
+    entries: Sequence[AttributableCall],
+    response: dict[str, Any],
+    reasons: list[str],
+    witnesses: list[tuple[str, AttributableCall]],
+) -> None:
+    """Match the response's model-authored content against three readings per call.
+
+    A full transcript matches a call's cumulative ``continuation_fingerprint``;
+    a last-turn-only response matches a call's own output; the trailing
+    model-authored run of a merged transcript matches the last call's own
+    output. The readings can name different calls, so all matches pool before
+    the ambiguity decision.
+    """
+    output = response.get("output")
+    items = [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
+    if not items:
+        reasons.append("response_has_no_output")
+        return
+    try:
+        target = assistant_fingerprint(items)
+    except FingerprintError:
+        reasons.append("response_output_unfingerprintable")
+        return
+    if not target:
+        reasons.append("no_model_authored_output")
+        return
+    tail = _trailing_model_fingerprint(items)
+
+    # Keyed by call id: a later copy of a duplicated id that matches replaces
+    # the earlier one.
+    matches: dict[str, AttributableCall] = {}
+    from_continuation = False
+    for entry in entries:
+        continuation = _attr(entry, "continuation_fingerprint")
+        version = _attr(entry, "fingerprint_version")
+        if (
+            continuation
+            and continuation == target
+            and (version is None or version == FINGERPRINT_VERSION)
+        ):
+            matches[entry.model_call_id] = entry
+            from_continuation = True
+        own = _own_output_fingerprint(entry)
+        if own and (own == target or (tail and own == tail)):
+            matches[entry.model_call_id] = entry
+    winner = _collapse(list(matches.values()))
+    if winner is None:
+        reasons.append("content_ambiguous" if matches else "no_content_match")
+        return
+    witnesses.append(("content_cumulative" if from_continuation else "content_output", winner))
+
+
+def _trailing_model_fingerprint(items: list[dict[str, Any]]) -> str:
+    """Fingerprint of the trailing model-authored run, when it is a proper suffix; else ""."""
+    start = len(items)
+    while start > 0 and is_model_authored(items[start - 1]):
+        start -= 1
+    if start == len(items) or start == 0:
+        return ""
+    return assistant_fingerprint(items[start:])
+
+
+def _own_output_fingerprint(entry: AttributableCall) -> str:
+    """Fingerprint of a call's own output items; "" when absent or unfingerprintable."""
+    if not entry.output_items:
+        return ""
+    try:
+        return assistant_fingerprint(list(entry.output_items))
+    except FingerprintError:
+        return ""
+
+
+def _collapse(candidates: Sequence[AttributableCall]) -> AttributableCall | None:
+    """One call standing for ``candidates`` if they all carry the same token sequence.
+
+    Identical retries train identically, so the smallest call id stands for
+    them; different sequences are a genuine ambiguity (None).
+    """
+    if not candidates:
+        return None
+    if len(candidates) == 1:
+        return candidates[0]
+    first = _sequence_identity(candidates[0])
+    if any(_sequence_identity(other) != first for other in candidates[1:]):
+        return None
+    return min(candidates, key=lambda entry: entry.model_call_id)
+
+
+def _sequence_identity(entry: AttributableCall) -> tuple[object, ...]:
+    """(digest, cum_len) when the writer recorded both, else the stored token arrays.
+
+    The two kinds are tagged differently on purpose: a call with a digest and
+    one without never count as the same sequence.
+    """
+    digest = _attr(entry, "digest")
+    cum_len = _attr(entry, "cum_len")
+    if digest and cum_len is not None:
+        return ("digest", digest, cum_len)
+    return ("tokens", _token_key(entry.prompt_token_ids), _token_key(entry.generation_token_ids))
+
+
+def _token_key(ids: npt.NDArray[np.integer[Any]]) -> tuple[int, bytes]:
+    """A hashable, dtype-independent key of a token array."""
+    array = np.asarray(ids)
+    return (array.size, array.astype(np.int64, copy=False).tobytes())
+
+
+_ABSENT = object()
+
+
+def _attr(entry: object, name: str) -> Any:
+    """A lineage field: the entry's own attribute, else its ``lineage`` record's, else None."""
+    value = getattr(entry, name, _ABSENT)
+    if value is _ABSENT:
+        value = getattr(getattr(entry, "lineage", None), name, None)
+    return value
+
+
+def _given(value: Any) -> str | None:
+    """A record claim: a falsy value (null, "", 0, false) means not given."""
+    return str(value) if value else None
