@@ -1,6 +1,6 @@
 """The reference approach, kept only as a benchmark baseline.
 
-Same rules as `token_finalizer.core.prefix_merging` + `projection`, written the plain way:
+Same rules as the seed builder (`token_finalizer.core.rebuild`), written the plain way:
 token lists of Python ints and a per-token trie (one dict per token) to find
 each call's parent. It shares no code with the service so that identical
 output from both is evidence, not tautology.
@@ -48,13 +48,18 @@ def build_response(entries: list[dict[str, Any]], rollout_id: str, model: str) -
         parent.append(found[0] if found else None)
         if found:
             children[found[0]].append(i)
-        inherited = bool(found) and quarantined[found[0]]
-        quarantined.append(len(found) > 1 or inherited)
+        quarantined.append(len(found) > 1)  # only the ambiguous call itself
+    # Retry groups in the processing order of their first member: a dict keeps
+    # insertion order, and sibling sets come first to last by their first call.
     groups: dict[tuple, list[int]] = {}
     for i, e in enumerate(calls):
         groups.setdefault((parent[i], tuple(e["prompt_token_ids"])), []).append(i)
+    first_of_set: dict[int | None, int] = {}
+    for i in range(len(calls)):
+        first_of_set.setdefault(parent[i], i)
+    ordered = sorted(groups.items(), key=lambda kv: (first_of_set[kv[0][0]], kv[1][0]))
     unresolved: list[int] = []
-    for members in sorted(groups.values(), key=lambda g: g[0], reverse=True):
+    for _, members in ordered:
         if len(members) < 2:
             continue
         live = [m for m in members if any(not quarantined[c] for c in children[m])]
@@ -63,15 +68,15 @@ def build_response(entries: list[dict[str, Any]], rollout_id: str, model: str) -
             live = [min(members, key=lambda m: calls[m]["model_call_id"])]
         for m in members:
             quarantined[m] = quarantined[m] or m not in live
-    roots = [i for i in range(len(calls)) if parent[i] is None]
     chains: list[list[int]] = []
-    stack = [[r] for r in reversed(roots) if not quarantined[r]]
-    while stack:
-        path = stack.pop()
-        kids = children[path[-1]]
-        if not kids:
-            chains.append(path)
-        stack.extend([*path, k] for k in reversed(kids) if not quarantined[k])
+    for leaf in range(len(calls)):  # leaves in processing order
+        if children[leaf]:
+            continue
+        path = [leaf]
+        while (up := parent[path[-1]]) is not None:
+            path.append(up)
+        if not any(quarantined[i] for i in path):
+            chains.append(path[::-1])
     if not chains:
         raise ValueError("no chain")
     main = min(chains, key=lambda p: (calls[p[0]]["created_at"], calls[p[0]]["model_call_id"]))

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import stamina
 
 from tests.support.captures import make_entry  # noqa: F401 - re-exported for tests
 from token_finalizer import FileTokenStore, MemoryTokenStore
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_retry_waits() -> Iterator[None]:
+    """Retries happen as configured, minus their backoff waits (stamina's test mode).
+
+    `cap=True` with an unreachable cap keeps every policy's own attempt count,
+    so the tests still see exactly 1 + max_retries tries.
+    """
+    with stamina.set_testing(True, attempts=sys.maxsize, cap=True):
+        yield
 
 
 @pytest.fixture

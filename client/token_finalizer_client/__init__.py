@@ -1,4 +1,4 @@
-"""Thin client of the token-finalizer service (httpx and the standard library only).
+"""Thin client of the token-finalizer service (httpx, stamina and the standard library only).
 
     from token_finalizer_client import FinalizerClient
 

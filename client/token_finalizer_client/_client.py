@@ -3,14 +3,15 @@
 Both have the same surface and behaviour; each owns one httpx connection pool
 for its lifetime, so open one per process (or per event loop) and reuse it.
 What they send and how they read answers lives in `_wire`, when to repeat a
-call in `_retry`: the two classes only add the blocking or asyncio transport.
+call in `_retry` (the project's one retry policy): the two classes only add
+the blocking or asyncio transport.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
@@ -24,7 +25,7 @@ from token_finalizer_client._constants import (
 )
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._ordered import ordered_map
-from token_finalizer_client._retry import asend_with_retries, check_max_retries, send_with_retries
+from token_finalizer_client._retry import RetryPolicy, asend_with_retries, send_with_retries
 from token_finalizer_client._types import Finalized, Readiness
 from token_finalizer_client._wire import (
     HEALTH_REQUEST,
@@ -33,8 +34,8 @@ from token_finalizer_client._wire import (
     check_base_url,
     default_headers,
     finalize_request,
-    parse_answer,
     read_finalized,
+    read_object,
     read_readiness,
     read_retired,
     retire_request,
@@ -59,7 +60,8 @@ class _BaseClient(Generic[_Pool]):
         max_retries: int = DEFAULT_MAX_RETRIES,
         run_id: str | None = None,
     ) -> None:
-        self.max_retries = check_max_retries(max_retries)
+        self._retry = RetryPolicy(max_retries)
+        self.max_retries = max_retries
         self.base_url = check_base_url(base_url)
         self.run_id = run_id
         self._http = self._open_pool(
@@ -86,7 +88,7 @@ class FinalizerClient(_BaseClient[httpx.Client]):
         return httpx.Client(**options)
 
     def _send(self, request: WireRequest) -> httpx.Response:
-        return send_with_retries(self._http, request, self.max_retries)
+        return send_with_retries(self._http, request, self._retry)
 
     def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
         """Finalize one finished rollout record (`POST /finalize`).
@@ -115,7 +117,7 @@ class FinalizerClient(_BaseClient[httpx.Client]):
 
     def health(self) -> dict[str, Any]:
         """`GET /health`: `{"status": "ok"}` while the service runs."""
-        return parse_answer(self._send(HEALTH_REQUEST))
+        return read_object(self._send(HEALTH_REQUEST))
 
     def ready(self) -> Readiness:
         """`GET /ready`: whether every configured source is reachable, with details."""
@@ -148,7 +150,7 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
         return httpx.AsyncClient(**options)
 
     async def _send(self, request: WireRequest) -> httpx.Response:
-        return await asend_with_retries(self._http, request, self.max_retries)
+        return await asend_with_retries(self._http, request, self._retry)
 
     async def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
         """Finalize one finished rollout record (`POST /finalize`); see `FinalizerClient`."""
@@ -161,7 +163,7 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
         concurrency: int = DEFAULT_CONCURRENCY,
         source: str | None = None,
         return_exceptions: bool = False,
-    ) -> AsyncIterator[Finalized | FinalizerError]:
+    ) -> AsyncGenerator[Finalized | FinalizerError, None]:
         """Yield each record's `Finalized` in input order, `concurrency` requests at a time.
 
         Streams: `records` is read lazily and answers are not kept, so a batch
@@ -174,12 +176,12 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
         async def one(record: dict[str, Any]) -> Finalized:
             return await self.finalize(record, source=source)
 
-        capture = (FinalizerError,) if return_exceptions else ()
+        capture: tuple[type[FinalizerError], ...] = (FinalizerError,) if return_exceptions else ()
         async with contextlib.aclosing(
             ordered_map(one, records, concurrency=concurrency, capture=capture)
         ) as outcomes:
             async for outcome in outcomes:
-                yield outcome  # type: ignore[misc]
+                yield outcome
 
     async def finalize_many(
         self,
@@ -230,7 +232,7 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
 
     async def health(self) -> dict[str, Any]:
         """`GET /health`: `{"status": "ok"}` while the service runs."""
-        return parse_answer(await self._send(HEALTH_REQUEST))
+        return read_object(await self._send(HEALTH_REQUEST))
 
     async def ready(self) -> Readiness:
         """`GET /ready`: whether every configured source is reachable, with details."""

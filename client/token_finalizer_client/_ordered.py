@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from typing import TypeVar
 
 from token_finalizer_client._constants import REORDER_WINDOW_FACTOR
@@ -13,6 +13,7 @@ __all__ = ["ordered_map"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+E = TypeVar("E", bound=BaseException)
 
 
 async def ordered_map(
@@ -20,8 +21,8 @@ async def ordered_map(
     items: Iterable[T],
     *,
     concurrency: int,
-    capture: tuple[type[BaseException], ...] = (),
-) -> AsyncIterator[R | BaseException]:
+    capture: tuple[type[E], ...] = (),
+) -> AsyncGenerator[R | E, None]:
     """Yield `await call(item)` for each item, in input order, at most `concurrency` at once.
 
     `items` is read lazily: no more than `concurrency * REORDER_WINDOW_FACTOR`
@@ -56,7 +57,7 @@ async def ordered_map(
                 return
             head = pending.popleft()
             try:
-                outcome: R | BaseException = await head
+                outcome: R | E = await head
             except capture as exc:
                 outcome = exc
             yield outcome

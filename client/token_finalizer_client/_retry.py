@@ -1,28 +1,46 @@
-"""When to repeat an HTTP call, how long to wait first, and the loop that does it.
+"""The project's one retry policy: what is retryable, how often, how long between tries.
 
-The one retry policy of the package, shared by the sync and async clients and
-the writer-side sink: repeat on connection trouble and on 502/503/504 (the
-server or a proxy in front of it is momentarily unable), never on any other
-status. Every call this package makes is safe to repeat: finalize freezes
+Every HTTP call the project repeats goes through `RetryPolicy`: the sync and
+async clients, the writer-side `HttpTokenSink`, and the service's `http`
+capture source (`token_finalizer.sources.http`). The service imports it from
+here rather than configuring stamina a second time: the service distribution
+ships and depends on this client package, and this way "what is retryable"
+(`is_retryable_error`, `RETRY_STATUSES`) is defined exactly once. Each caller
+passes only its own numbers: attempts and delays.
+
+What is retried: transport errors that are transient by nature (timeouts,
+network errors, a connection dropped mid-answer) and 502/503/504 answers (the
+server, or a proxy in front of it, is momentarily unable). Never any other
+status, nor a request error that would fail the same way again (an
+unsupported URL scheme, a local protocol misuse, a body that fails to
+decode). Every call repeated this way is safe to repeat: finalize freezes
 idempotently, retire and the store writes are conditional or idempotent.
 
-`RetryBudget` holds the decisions of one logical call. `send_with_retries`
-(blocking) and `asend_with_retries` (asyncio) are the loop around it: they
-differ only in how they send and how they sleep.
+How: stamina (over tenacity) runs the loop. The wait before retry n (1-based)
+is `min(max_delay, base_delay * 2**(n-1) + uniform(0, base_delay))`:
+exponential, with jitter so that clients that failed together do not retry in
+lockstep. A `Retry-After` of a retryable answer replaces that wait, capped at
+`max_delay`. At most `max_retries` retries; no overall deadline beyond that,
+since each try has its own HTTP timeout. Tests turn every wait off with
+`stamina.set_testing(True, ...)` (see tests/conftest.py).
+
+A retryable answer is raised inside the attempt as `RetryableAnswer` so that
+stamina sees it; when the retries run out, the last answer is returned, not
+raised: callers read its status as they read any other answer.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import random
-import time
-from collections.abc import Collection
-from typing import TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import httpx
+import stamina
 
 from token_finalizer_client._constants import (
+    DEFAULT_MAX_RETRIES,
     RETRY_BASE_DELAY_S,
     RETRY_MAX_DELAY_S,
     RETRY_STATUSES,
@@ -31,34 +49,55 @@ from token_finalizer_client._exceptions import APIConnectionError, APITimeoutErr
 from token_finalizer_client._wire import WireRequest
 
 __all__ = [
-    "Outcome",
-    "RetryBudget",
+    "RETRY_STATUSES",
+    "TRANSIENT_ERRORS",
+    "RetryPolicy",
+    "RetryableAnswer",
     "asend_with_retries",
-    "backoff_delay",
     "check_max_retries",
     "connection_error",
-    "final_answer",
     "is_retryable_error",
-    "is_retryable_status",
+    "retry_after",
     "send_with_retries",
 ]
 
-# What one try of a request ends with: an HTTP answer, or none.
-Outcome: TypeAlias = httpx.Response | httpx.RequestError
-
 # Transient by nature. Others (an unsupported URL scheme, a local protocol
 # misuse, a body that fails to decode) would fail the same way again.
-_TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+TRANSIENT_ERRORS: tuple[type[httpx.HTTPError], ...] = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+)
 
 
-def is_retryable_status(status_code: int) -> bool:
-    """Whether an answer with this status may be repeated (502, 503, 504)."""
-    return status_code in RETRY_STATUSES
+class Answer(Protocol):
+    """What the policy reads of an HTTP answer: an `httpx.Response`, or the source's own."""
+
+    @property
+    def status_code(self) -> int:
+        """The HTTP status."""
+        ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The answer's headers (`Retry-After` is read from them)."""
+        ...
+
+
+_A = TypeVar("_A", bound=Answer)
+
+
+class _Attempts(Protocol):
+    """What `stamina.retry_context` returns: the attempts, for a loop or an async loop."""
+
+    def __iter__(self) -> Iterator[stamina.Attempt]: ...
+
+    def __aiter__(self) -> AsyncIterator[stamina.Attempt]: ...
 
 
 def is_retryable_error(exc: BaseException) -> bool:
     """Whether a failed request (no HTTP answer) may be repeated."""
-    return isinstance(exc, _TRANSIENT_ERRORS)
+    return isinstance(exc, TRANSIENT_ERRORS)
 
 
 def check_max_retries(max_retries: int) -> int:
@@ -68,19 +107,9 @@ def check_max_retries(max_retries: int) -> int:
     return max_retries
 
 
-def backoff_delay(
-    attempt: int, *, base: float = RETRY_BASE_DELAY_S, cap: float = RETRY_MAX_DELAY_S
-) -> float:
-    """Seconds to wait before retry number `attempt` (0-based): exponential, full jitter.
-
-    Full jitter spreads the retries of many clients that failed together, so a
-    restarting server is not hit by all of them at the same instant.
-    """
-    return random.uniform(0.0, min(cap, base * (2**attempt)))
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The seconds a `Retry-After` header asks for; None when absent or an HTTP date."""
+    value = headers.get("retry-after")
     if value is None:
         return None
     try:
@@ -88,6 +117,90 @@ def _retry_after(response: httpx.Response) -> float | None:
     except ValueError:
         return None  # an HTTP date: rare for these statuses, and the backoff covers it
     return max(0.0, seconds)
+
+
+class RetryableAnswer(Exception):
+    """An answer whose status asks for a retry, raised inside an attempt so stamina repeats it."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(f"HTTP {answer.status_code}")
+        self.answer = answer
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently one logical call is repeated (see the module docstring)."""
+
+    max_retries: int = DEFAULT_MAX_RETRIES
+    base_delay_s: float = RETRY_BASE_DELAY_S
+    max_delay_s: float = RETRY_MAX_DELAY_S
+
+    def __post_init__(self) -> None:
+        check_max_retries(self.max_retries)
+        if not 0 < self.base_delay_s <= self.max_delay_s:
+            raise ValueError(
+                f"delays must satisfy 0 < base_delay_s <= max_delay_s, "
+                f"got {self.base_delay_s} and {self.max_delay_s}"
+            )
+
+    @property
+    def attempts(self) -> int:
+        """Tries of one logical call at most: the first one plus the retries."""
+        return self.max_retries + 1
+
+    def backoff_hook(self, exc: Exception) -> bool | float:
+        """stamina's `on` hook: False to give up, True to wait the backoff, seconds to wait."""
+        if isinstance(exc, RetryableAnswer):
+            asked = retry_after(exc.answer.headers)
+            return min(asked, self.max_delay_s) if asked else True
+        return is_retryable_error(exc)
+
+    def _context(self) -> _Attempts:
+        return stamina.retry_context(
+            on=self.backoff_hook,
+            attempts=self.attempts,
+            timeout=None,
+            wait_initial=self.base_delay_s,
+            wait_max=self.max_delay_s,
+            wait_jitter=self.base_delay_s,
+        )
+
+    def call(self, send: Callable[[], _A], *, statuses: Collection[int] = RETRY_STATUSES) -> _A:
+        """`send()` repeated as the policy allows; the final answer, whatever its status.
+
+        A transport error of the last try (or a non-retryable one) propagates.
+        """
+        answer: _A | None = None
+        try:
+            for attempt in self._context():
+                with attempt:
+                    answer = send()
+                    if answer.status_code in statuses:
+                        raise RetryableAnswer(answer)
+                    return answer
+        except RetryableAnswer:
+            if answer is None:  # pragma: no cover - only an answer is raised as one
+                raise
+            return answer
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    async def acall(
+        self, send: Callable[[], Awaitable[_A]], *, statuses: Collection[int] = RETRY_STATUSES
+    ) -> _A:
+        """`call` for a coroutine: the same tries, the same waits, asleep on the event loop."""
+        answer: _A | None = None
+        try:
+            async for attempt in self._context():
+                with attempt:
+                    answer = await send()
+                    if answer.status_code in statuses:
+                        raise RetryableAnswer(answer)
+                    return answer
+        except RetryableAnswer:
+            if answer is None:  # pragma: no cover - only an answer is raised as one
+                raise
+            return answer
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
 def connection_error(exc: httpx.RequestError) -> APIConnectionError:
@@ -101,80 +214,29 @@ def connection_error(exc: httpx.RequestError) -> APIConnectionError:
     return APIConnectionError(f"no answer from the server{url}: {detail}")
 
 
-class RetryBudget:
-    """The retries left for one logical call, and the delay before each."""
-
-    def __init__(self, max_retries: int, *, statuses: Collection[int] = RETRY_STATUSES) -> None:
-        self.max_retries = check_max_retries(max_retries)
-        self.statuses = statuses
-        self.attempt = 0
-
-    def _spend(self, floor: float = 0.0) -> float | None:
-        if self.attempt >= self.max_retries:
-            return None
-        delay = max(backoff_delay(self.attempt), min(floor, RETRY_MAX_DELAY_S))
-        self.attempt += 1
-        return delay
-
-    def after_error(self, exc: BaseException) -> float | None:
-        """Delay before repeating a request that got no answer; None: give up."""
-        return self._spend() if is_retryable_error(exc) else None
-
-    def after_response(self, response: httpx.Response) -> float | None:
-        """Delay before repeating this answer's request; None: the answer stands."""
-        if response.status_code not in self.statuses:
-            return None
-        return self._spend(_retry_after(response) or 0.0)
-
-    def delay_after(self, outcome: Outcome) -> float | None:
-        """Delay before repeating the try that ended in `outcome`; None: it is final."""
-        if isinstance(outcome, httpx.Response):
-            return self.after_response(outcome)
-        return self.after_error(outcome)
-
-
-def final_answer(outcome: Outcome) -> httpx.Response:
-    """The answer a call ended with; the package's connection error when it got none."""
-    if isinstance(outcome, httpx.RequestError):
-        raise connection_error(outcome) from outcome
-    return outcome
-
-
-def send_with_retries(http: httpx.Client, request: WireRequest, max_retries: int) -> httpx.Response:
-    """Send `request` on a blocking pool, repeated as the policy allows; the final answer.
+def send_with_retries(
+    http: httpx.Client, request: WireRequest, policy: RetryPolicy
+) -> httpx.Response:
+    """Send `request` on a blocking pool, repeated as `policy` allows; the final answer.
 
     Any answer is returned, error statuses included (the caller reads them);
     APIConnectionError (or APITimeoutError) when the last try got none.
     """
-    budget = RetryBudget(max_retries, statuses=request.retry_statuses)
-    outcome = _try(http, request)
-    while (delay := budget.delay_after(outcome)) is not None:
-        time.sleep(delay)
-        outcome = _try(http, request)
-    return final_answer(outcome)
+    try:
+        return policy.call(
+            lambda: http.request(**request.send_options()), statuses=request.retry_statuses
+        )
+    except httpx.RequestError as exc:
+        raise connection_error(exc) from exc
 
 
 async def asend_with_retries(
-    http: httpx.AsyncClient, request: WireRequest, max_retries: int
+    http: httpx.AsyncClient, request: WireRequest, policy: RetryPolicy
 ) -> httpx.Response:
     """`send_with_retries` on an asyncio pool: the same tries, the same waits."""
-    budget = RetryBudget(max_retries, statuses=request.retry_statuses)
-    outcome = await _atry(http, request)
-    while (delay := budget.delay_after(outcome)) is not None:
-        await asyncio.sleep(delay)
-        outcome = await _atry(http, request)
-    return final_answer(outcome)
-
-
-def _try(http: httpx.Client, request: WireRequest) -> Outcome:
     try:
-        return http.request(**request.send_options())
+        return await policy.acall(
+            lambda: http.request(**request.send_options()), statuses=request.retry_statuses
+        )
     except httpx.RequestError as exc:
-        return exc
-
-
-async def _atry(http: httpx.AsyncClient, request: WireRequest) -> Outcome:
-    try:
-        return await http.request(**request.send_options())
-    except httpx.RequestError as exc:
-        return exc
+        raise connection_error(exc) from exc

@@ -22,9 +22,9 @@ from typing import Any
 
 import httpx
 
-from token_finalizer_client._constants import DEFAULT_CONNECTION_LIMITS
+from token_finalizer_client._constants import DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES
 from token_finalizer_client._exceptions import FinalizerError
-from token_finalizer_client._retry import asend_with_retries, check_max_retries
+from token_finalizer_client._retry import RetryPolicy, asend_with_retries
 from token_finalizer_client._wire import WireRequest, check_base_url, default_headers, parse_answer
 
 __all__ = ["HttpTokenSink"]
@@ -66,10 +66,11 @@ class HttpTokenSink:
         url: str,
         token: str | None = None,
         timeout: float = 10.0,
-        max_retries: int = 2,
+        max_retries: int = DEFAULT_MAX_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.max_retries = check_max_retries(max_retries)
+        self._retry = RetryPolicy(max_retries)
+        self.max_retries = max_retries
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.url = check_base_url(url)
@@ -105,7 +106,7 @@ class HttpTokenSink:
     async def _send(self, method: str, rollout_id: str, operation: str, payload: Any) -> Any:
         path = f"/ng-rollout/{rollout_id}/{_CAPTURE_PATH}/{operation}"
         request = WireRequest.json(method, path, payload)
-        return parse_answer(await asend_with_retries(self._http(), request, self.max_retries))
+        return parse_answer(await asend_with_retries(self._http(), request, self._retry))
 
     async def put(self, entry: Mapping[str, Any] | Any) -> None:
         """Store one call's TokenEntry (a dict or a pydantic model).

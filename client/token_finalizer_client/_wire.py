@@ -35,6 +35,7 @@ __all__ = [
     "finalize_request",
     "parse_answer",
     "read_finalized",
+    "read_object",
     "read_readiness",
     "read_retired",
     "retire_payload",
@@ -144,6 +145,17 @@ def parse_answer(response: httpx.Response) -> Any:
     return body
 
 
+def read_object(response: httpx.Response) -> dict[str, Any]:
+    """The JSON object of a 2xx answer; the matching error for any other answer or body."""
+    body = parse_answer(response)
+    if not isinstance(body, dict):
+        raise FinalizerError(
+            f"{response.request.method} {response.request.url} answered {response.status_code} "
+            f"with JSON that is not an object: {body!r:.200}"
+        )
+    return body
+
+
 def finalize_params(source: str | None) -> dict[str, str] | None:
     """Query parameters of `POST /finalize`."""
     return None if source is None else {"source": source}
@@ -198,9 +210,10 @@ def read_readiness(response: httpx.Response) -> Readiness:
 def read_retired(response: httpx.Response) -> bool:
     """The `retired` flag of a `/retire` answer; the matching error for any other answer."""
     body = parse_answer(response)
-    if not isinstance(body, dict) or not isinstance(body.get("retired"), bool):
+    retired = body.get("retired") if isinstance(body, dict) else None
+    if not isinstance(retired, bool):
         raise FinalizerError(f"the retire answer is not {{'retired': bool}}: {body!r:.200}")
-    return body["retired"]
+    return retired
 
 
 def retire_request(

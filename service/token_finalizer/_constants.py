@@ -33,7 +33,8 @@ HTTP_MAX_KEEPALIVE = 16
 HTTP_MAX_RETRIES = 3
 HTTP_RETRY_BASE_DELAY_S = 0.1
 HTTP_RETRY_MAX_DELAY_S = 2.0
-HTTP_RETRY_STATUSES = frozenset({502, 503, 504})
+# Which failures are retried is not tuned here: it is the one retry policy's
+# (token_finalizer_client._retry), shared with the client.
 
 # zstd for JSON answers (snapshots, finalize answers). A snapshot repeats every
 # prompt prefix, so even fast levels shrink it ~50x. Measured on the 5M-token
@@ -53,8 +54,6 @@ BUILD_IN_THREAD_MIN_TOKENS = 200_000
 # Finalizer HTTP service (token_finalizer.api)
 # ---------------------------------------------------------------------------
 
-# Header naming the run a finalize call belongs to (the mask-fraction guard's key).
-RUN_ID_HEADER = "X-Run-Id"
 # Runs the mask-fraction guard remembers; the least recently seen is forgotten
 # first, so a service fed endless distinct run ids keeps bounded memory.
 GUARD_MAX_RUNS = 10_000

@@ -59,6 +59,9 @@ class TokenIdCaptureSettings(_Strict):
     agents: tuple[str, ...] = ()
     max_mask_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
     mask_fraction_min_samples: int = Field(default=DEFAULT_MASK_FRACTION_MIN_SAMPLES, ge=1)
+    # Which call the verifier scored decides the delivered chain; false keeps the
+    # seed's strict single-chain rules (docs/configuration.md).
+    terminal_attribution: bool = True
 
     def takes_part(self, record: Mapping[str, Any]) -> bool:
         """Whether this record's agent (agent_ref.name) is finalized at all."""
@@ -82,10 +85,11 @@ class SourceSettings(_Strict):
     def _kind_needs(self) -> SourceSettings:
         if self.kind == "file" and not self.dir:
             raise ValueError("a file source needs `dir`")
-        if self.kind == "http" and not self.url:
-            raise ValueError("an http source needs `url`")
-        if self.kind == "http" and not self.url.startswith(("http://", "https://")):  # type: ignore[union-attr]
-            raise ValueError(f"url {self.url!r} must start with http:// or https://")
+        if self.kind == "http":
+            if not self.url:
+                raise ValueError("an http source needs `url`")
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"url {self.url!r} must start with http:// or https://")
         if self.token == "":
             raise ValueError("`token` is empty; leave it out for no token")
         return self

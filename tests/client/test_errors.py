@@ -114,7 +114,7 @@ def test_guard_refusal_is_mask_fraction_exceeded(connect: Connect, strict_url: s
         client.finalize(record_for("never-captured"))
     error = caught.value
     assert (error.status_code, error.finalized, error.masked) == (409, 1, 1)
-    assert error.reasons == {"capture contains no token records": 1}
+    assert error.reasons == {"empty_capture": 1}
 
 
 def test_server_failure_is_a_server_error(connect: Connect, failing_url: str) -> None:

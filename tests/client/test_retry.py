@@ -1,22 +1,26 @@
 """The retry policy: which failures are repeated, how often, and how long between tries.
 
 Unit tests of the httpx side with respx (the live tests cover the answers).
+Backoff waits are off for the whole suite (stamina's test mode, see
+tests/conftest.py); the tests of the waits themselves turn it off and record
+the sleeps instead of sleeping.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
 import pytest
 import respx
+import stamina
 
 from tests.client.conftest import Connect
 from tests.support.captures import record_for
 from token_finalizer_client import APIConnectionError, BadRequestError, ServerError
-from token_finalizer_client import _retry as retry_module
 from token_finalizer_client._constants import RETRY_BASE_DELAY_S, RETRY_MAX_DELAY_S
-from token_finalizer_client._retry import RetryBudget, backoff_delay
+from token_finalizer_client._retry import RetryPolicy
 
 BASE = "http://finalizer.test"
 ANSWER = {
@@ -28,10 +32,16 @@ ANSWER = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Backoff delays are zero here; their values are tested on their own below."""
-    monkeypatch.setattr(retry_module, "backoff_delay", lambda attempt: 0.0)
+def waits_of(
+    policy: RetryPolicy, answer: httpx.Response, monkeypatch: pytest.MonkeyPatch
+) -> list[float]:
+    """The waits between the tries of a blocking call answered `answer` every time."""
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    with stamina.set_testing(False):
+        final = policy.call(lambda: answer)
+    assert final is answer
+    return waits
 
 
 @pytest.fixture
@@ -122,33 +132,38 @@ def test_not_ready_is_reported_not_retried(connect: Connect, mock: Any) -> None:
 
 
 @pytest.mark.parametrize("attempt", range(8))
-def test_backoff_stays_within_its_exponential_bound(attempt: int) -> None:
-    """Retry n waits between 0 and min(cap, base * 2**n) seconds."""
-    bound = min(RETRY_MAX_DELAY_S, RETRY_BASE_DELAY_S * 2**attempt)
-    delays = [backoff_delay(attempt) for _ in range(200)]
-    assert all(0.0 <= delay <= bound for delay in delays)
+def test_backoff_stays_within_its_exponential_bound(
+    attempt: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retry n waits base * 2**n plus up to one base of jitter, never over the cap."""
+    waits = waits_of(RetryPolicy(max_retries=8), httpx.Response(503), monkeypatch)
+    floor = min(RETRY_MAX_DELAY_S, RETRY_BASE_DELAY_S * 2**attempt)
+    ceiling = min(RETRY_MAX_DELAY_S, RETRY_BASE_DELAY_S * (2**attempt + 1))
+    assert floor <= waits[attempt] <= ceiling
 
 
-def test_backoff_is_jittered() -> None:
-    """Delays of the same attempt differ, so failed clients do not retry in lockstep."""
-    assert len({backoff_delay(3) for _ in range(20)}) > 1
+def test_backoff_is_jittered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waits of the same retry differ, so failed clients do not retry in lockstep."""
+    policy = RetryPolicy(max_retries=1)
+    firsts = {waits_of(policy, httpx.Response(503), monkeypatch)[0] for _ in range(20)}
+    assert len(firsts) > 1
 
 
-def test_retry_after_sets_a_floor_on_the_delay() -> None:
-    """A 503 with Retry-After waits at least that long (within the cap)."""
-    budget = RetryBudget(2)
-    delay = budget.after_response(httpx.Response(503, headers={"Retry-After": "1.5"}))
-    assert delay is not None and delay >= 1.5
+def test_retry_after_sets_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 503 with Retry-After waits that long before each retry (within the cap)."""
+    answer = httpx.Response(503, headers={"Retry-After": "1.5"})
+    waits = waits_of(RetryPolicy(max_retries=2), answer, monkeypatch)
+    assert waits == [1.5, 1.5]
 
 
-def test_retry_after_is_capped() -> None:
+def test_retry_after_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     """A huge Retry-After does not stall the client beyond the maximum delay."""
-    budget = RetryBudget(2)
-    delay = budget.after_response(httpx.Response(503, headers={"Retry-After": "3600"}))
-    assert delay is not None and delay <= RETRY_MAX_DELAY_S
+    answer = httpx.Response(503, headers={"Retry-After": "3600"})
+    waits = waits_of(RetryPolicy(max_retries=2), answer, monkeypatch)
+    assert waits == [RETRY_MAX_DELAY_S, RETRY_MAX_DELAY_S]
 
 
 def test_negative_max_retries_is_refused() -> None:
     """A retry budget below zero is a ValueError naming max_retries."""
     with pytest.raises(ValueError, match="max_retries"):
-        RetryBudget(-1)
+        RetryPolicy(max_retries=-1)

@@ -261,4 +261,4 @@ def test_sink_is_built_from_keyword_arguments_alone() -> None:
 def test_positional_arguments_are_refused() -> None:
     """The constructor is keyword-only, so configs cannot pass arguments in the wrong slot."""
     with pytest.raises(TypeError):
-        HttpTokenSink("http://capture-store:8100")  # type: ignore[misc]
+        HttpTokenSink("http://capture-store:8100")  # type: ignore[misc]  # the misuse under test

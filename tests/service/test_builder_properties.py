@@ -71,7 +71,7 @@ def test_entry_order_never_changes_the_build(
 def test_successful_builds_are_contiguous_and_masked_by_the_rule(
     entries: list[dict[str, Any]],
 ) -> None:
-    """A build never raises; a success is contiguous and masked exactly when §7 says."""
+    """A build never raises; a success is contiguous and masked exactly when the chain rules say."""
     build = rebuild_snapshot(snapshot_of(entries)).to_dict()
     if build["rebuilt_response"] is None:
         assert build["mask_sample"] is True and build["error"]
@@ -94,3 +94,17 @@ def test_build_agrees_with_the_per_token_trie_baseline(entries: list[dict[str, A
         return
     assert build["rebuilt_response"] is not None, build["error"]
     assert _encoded(build["rebuilt_response"]) == orjson.dumps(expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(forests())
+def test_seed_build_with_attribution_off_follows_the_chain_rules_alone(
+    entries: list[dict[str, Any]],
+) -> None:
+    """With attribution off a seed snapshot builds, and masks, by the chain rules alone."""
+    snapshot = snapshot_of(entries)
+    off = rebuild_snapshot(snapshot, model="m", terminal_attribution=False).to_dict()
+    unattributed = rebuild_snapshot(snapshot, model="m", record={}).to_dict()
+    assert off["metrics"].pop("terminal_attribution")["reason"] == "disabled"
+    unattributed["metrics"].pop("terminal_attribution")
+    assert _encoded(off) == _encoded(unattributed)

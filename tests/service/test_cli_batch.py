@@ -177,7 +177,7 @@ def test_summary_counts_outcomes_and_mask_reasons(
     finalize(batch, target)
     assert (
         f"7 lines -> {batch.output}: 2 finalized (2 retirable), 2 masked "
-        "(capture contains no token records: 1, no capture key: 1), 0 no build, 3 bad lines"
+        "(empty_capture: 1, no_capture_key: 1), 0 no build, 3 bad lines"
     ) in capsys.readouterr().err
 
 

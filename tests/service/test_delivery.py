@@ -128,7 +128,11 @@ async def test_malformed_id_is_unusable(memory_store: MemoryTokenStore) -> None:
     assert build["error"].startswith("malformed rollout id: ")
     assert "_capture_snapshot" not in build
     assert record[MASK_SAMPLE_KEY] is True
-    assert record[TOKEN_CAPTURE_KEY] == {"n_calls": 0, "error": build["error"]}
+    assert record[TOKEN_CAPTURE_KEY] == {
+        "n_calls": 0,
+        "error": build["error"],
+        "mask_reason": "malformed_rollout_id",
+    }
 
 
 async def test_missing_id_is_unusable(memory_store: MemoryTokenStore) -> None:
@@ -138,8 +142,9 @@ async def test_missing_id_is_unusable(memory_store: MemoryTokenStore) -> None:
     assert build == {
         "rebuilt_response": None,
         "mask_sample": True,
+        "mask_reason": "no_capture_key",
         "error": "no capture key",
-        "metrics": {"n_calls": 0, "error": "no capture key"},
+        "metrics": {"n_calls": 0, "error": "no capture key", "mask_reason": "no_capture_key"},
     }
 
 
@@ -224,7 +229,7 @@ async def test_freeze_failure_is_masked_without_snapshot() -> None:
 async def test_unexpected_source_answer_never_raises() -> None:
     """A source answering nonsense is an unusable record, not an exception."""
     record = record_for("r1")
-    build = await finalize_rollout_token_capture(record, _Nonsense())  # type: ignore[arg-type]
+    build = await finalize_rollout_token_capture(record, _Nonsense())  # type: ignore[arg-type]  # a bad source on purpose
     assert build["mask_sample"] is True and build["error"].startswith("AttributeError: ")
     assert record[MASK_SAMPLE_KEY] is True
 

@@ -93,7 +93,7 @@ def test_two_items_carrying_tokens_violate_contiguity_and_mask() -> None:
         model="m",
     ).to_dict()
     assert build["rebuilt_response"] is None and build["mask_sample"] is True
-    assert build["error"].startswith("prefix contiguity violated")
+    assert build["error"].startswith("AssertionError: projection is not prefix-contiguous: ")
 
 
 def test_log_probs_survive_exactly() -> None:

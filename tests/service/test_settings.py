@@ -206,4 +206,4 @@ def test_settings_are_frozen() -> None:
     """Settings cannot be changed after validation."""
     settings = Settings()
     with pytest.raises(ValueError, match="frozen"):
-        settings.default_source = "other"  # type: ignore[misc]
+        settings.default_source = "other"  # type: ignore[misc]  # the write under test

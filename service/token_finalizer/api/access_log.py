@@ -31,7 +31,8 @@ logger = logging.getLogger(ACCESS_LOGGER)
 def log_fields(request: Request) -> dict[str, Any]:
     """The mutable dict of extra fields this request's log line will carry."""
     state = request.scope.setdefault("state", {})
-    return state.setdefault(_FIELDS_KEY, {})
+    fields: dict[str, Any] = state.setdefault(_FIELDS_KEY, {})  # only ever set here
+    return fields
 
 
 class AccessLogMiddleware:

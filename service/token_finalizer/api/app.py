@@ -58,7 +58,7 @@ def _chain_drain_signals(state: ServiceState, drain_seconds: float) -> Callable[
     loop = asyncio.get_running_loop()
 
     def hand_over(sig: int, frame: Any) -> None:
-        handler = previous[sig]
+        handler = previous[signal.Signals(sig)]
         if callable(handler):
             handler(sig, frame)
         elif handler != signal.SIG_IGN:

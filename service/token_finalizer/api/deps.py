@@ -20,7 +20,8 @@ __all__ = ["Authenticated", "SettingsDep", "StateDep", "require_bearer_token", "
 
 async def service_state(request: Request) -> ServiceState:
     """The state the app's lifespan created."""
-    return request.app.state.service
+    state: ServiceState = request.app.state.service  # set by the lifespan, nowhere else
+    return state
 
 
 StateDep = Annotated[ServiceState, Depends(service_state)]

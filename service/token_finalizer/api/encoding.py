@@ -21,11 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from token_finalizer.core.codec import encode_json
+from token_finalizer.core.codec import Piece, encode_json
 
 __all__ = ["SPLICE_MARK", "Piece", "finalize_answer_pieces", "output_pieces"]
-
-Piece = bytes | memoryview
 
 # Stands in for a value while the rest of the answer is encoded: a NUL-delimited
 # string no record plausibly contains. If one does, the split finds too many

@@ -17,16 +17,42 @@ import numpy as np
 
 from token_finalizer.core.entries import Snapshot
 
-__all__ = ["MASK_SAMPLE_KEY", "Build", "BuildKind", "SnapshotRef", "error_head"]
+__all__ = ["MASK_SAMPLE_KEY", "Build", "BuildKind", "MaskReason", "SnapshotRef"]
 
 MASK_SAMPLE_KEY = "mask_sample"
 CAPTURE_SNAPSHOT_KEY = "_capture_snapshot"
 REDUNDANT_CAPTURE_KEY = "_redundant_capture"
 
 
-def error_head(error: str) -> str:
-    """The low-cardinality head of an error text: `"ValueError: ..."` -> `"ValueError"`."""
-    return error.partition(":")[0]
+class MaskReason:
+    """Machine-readable reasons a build is masked; docs/records-and-builds.md#mask-reasons.
+
+    Low-cardinality by design: metrics labels and the mask-fraction guard count them.
+    """
+
+    # The record itself
+    MALFORMED_ROLLOUT_ID = "malformed_rollout_id"
+    NO_CAPTURE_KEY = "no_capture_key"
+    FINALIZE_ERROR = "finalize_error"
+    # The store
+    FREEZE_FAILED = "freeze_failed"
+    CAPTURE_INCOMPLETE = "capture_incomplete"
+    EMPTY_CAPTURE = "empty_capture"
+    # The builder
+    NO_TRAINABLE_CHAIN = "no_trainable_chain"
+    NO_TRAINABLE_TOKENS = "no_trainable_tokens"
+    NOT_PREFIX_CONTIGUOUS = "not_prefix_contiguous"
+    INVALID_TOKENS = "invalid_token_ids"
+    DUPLICATE_CALL_ID = "duplicate_call_id"
+    BUILD_FAILED = "build_failed"
+    # Chain rules
+    TERMINAL_BROKEN = "terminal_chain_broken"
+    TERMINAL_NOT_CAPTURED = "terminal_not_captured"
+    DECLARED_TERMINAL_UNMATCHED = "declared_terminal_unmatched"
+    UNRESOLVED_RETRIES = "unresolved_retries"
+    UNRESOLVED_PARENTS = "unresolved_parent_calls"
+    MULTIPLE_ROOTS = "multiple_roots"
+    MULTIPLE_CHAINS = "multiple_chains"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +92,7 @@ class Build:
     mask_reason: str | None = None
     error: str | None = None
     unresolved_retries: tuple[str, ...] = ()
+    unresolved_parent_calls: tuple[str, ...] = ()
     snapshot: SnapshotRef | None = None
 
     @classmethod
@@ -78,6 +105,7 @@ class Build:
         metrics: Mapping[str, Any],
         mask_reason: str | None,
         unresolved_retries: Sequence[str] = (),
+        unresolved_parent_calls: Sequence[str] = (),
     ) -> Build:
         """A rebuilt response; masked exactly when `mask_reason` is set."""
         return cls(
@@ -89,6 +117,7 @@ class Build:
             mask_sample=mask_reason is not None,
             mask_reason=mask_reason,
             unresolved_retries=tuple(unresolved_retries),
+            unresolved_parent_calls=tuple(unresolved_parent_calls),
             snapshot=SnapshotRef.of(snapshot),
         )
 
@@ -98,10 +127,10 @@ class Build:
         rollout_id: str,
         error: str,
         *,
+        mask_reason: str,
         metrics: Mapping[str, Any],
         builder: str | None = None,
         snapshot: Snapshot | None = None,
-        mask_reason: str | None = None,
     ) -> Build:
         """No rebuilt response: always masked; `snapshot` when the freeze had succeeded."""
         return cls(
@@ -110,19 +139,20 @@ class Build:
             builder=builder,
             metrics=metrics,
             mask_sample=True,
-            mask_reason=mask_reason or error_head(error),
+            mask_reason=mask_reason,
             error=error,
             snapshot=None if snapshot is None else SnapshotRef.of(snapshot),
         )
 
     @classmethod
-    def unusable(cls, error: str) -> Build:
+    def unusable(cls, error: str, *, mask_reason: str) -> Build:
         """A record that needed tokens and cannot get them; nothing was consumed."""
         return cls(
             kind=BuildKind.UNUSABLE,
-            metrics={"n_calls": 0, "error": error},
+            # The record's `_ng_token_capture` is exactly this dict (the seed's shape).
+            metrics={"n_calls": 0, "error": error, "mask_reason": mask_reason},
             mask_sample=True,
-            mask_reason=error_head(error),
+            mask_reason=mask_reason,
             error=error,
         )
 
@@ -159,6 +189,8 @@ class Build:
         capture = dict(self.metrics)
         if self.error:
             capture["error"] = self.error
+        if self.mask_reason is not None:
+            capture["mask_reason"] = self.mask_reason
         return capture
 
     def to_dict(self) -> dict[str, Any]:
@@ -179,10 +211,13 @@ class Build:
         data["rebuilt_response"] = self.rebuilt_response
         data["metrics"] = dict(self.metrics)
         data[MASK_SAMPLE_KEY] = self.mask_sample
+        if self.mask_reason is not None:
+            data["mask_reason"] = self.mask_reason
         if self.error is not None:
             data["error"] = self.error
         if self.kind is BuildKind.BUILT:
             data["unresolved_retries"] = list(self.unresolved_retries)
+            data["unresolved_parent_calls"] = list(self.unresolved_parent_calls)
         if self.snapshot is not None:
             data[CAPTURE_SNAPSHOT_KEY] = self.snapshot.to_dict()
         return data

@@ -24,6 +24,7 @@ from token_finalizer._constants import ZSTD_LEVEL, ZSTD_WINDOW_LOG
 
 __all__ = [
     "CodecError",
+    "Piece",
     "dumps_entry_line",
     "encode_json",
     "ids_from_text",
@@ -33,6 +34,10 @@ __all__ = [
     "zstd_compress",
     "zstd_decompress",
 ]
+
+# One piece of an encoded body: bytes, or a view into a larger encoding that
+# is spliced into the body without being copied out first.
+Piece = bytes | memoryview
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _EMPTY_IDS = np.empty(0, dtype=np.int32)
@@ -165,7 +170,7 @@ def loads_with_token_arrays(content: bytes) -> Any:
     return data if _restore(data, arrays) else loads_json(content)
 
 
-def zstd_compress(pieces: Sequence[bytes]) -> bytes:
+def zstd_compress(pieces: Sequence[Piece]) -> bytes:
     """One zstd frame of the pieces in order, recording its content size.
 
     The size in the header lets one-shot decoders allocate once; a fresh

@@ -12,18 +12,19 @@ never retired, so their capture stays behind as evidence.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
 import numpy as np
 
 from token_finalizer._constants import BUILD_IN_THREAD_MIN_TOKENS
-from token_finalizer.core.build import MASK_SAMPLE_KEY, REDUNDANT_CAPTURE_KEY, Build
+from token_finalizer.core.build import MASK_SAMPLE_KEY, REDUNDANT_CAPTURE_KEY, Build, MaskReason
 from token_finalizer.core.entries import Snapshot
 from token_finalizer.core.errors import InvalidRolloutId
 from token_finalizer.core.identity import rollout_id_of
 from token_finalizer.core.protocols import TokenSource
-from token_finalizer.core.rebuild import rebuild_snapshot
+from token_finalizer.core.rebuild import BUILDER_NAME, rebuild_snapshot
 
 __all__ = [
     "MASK_SAMPLE_KEY",
@@ -47,19 +48,26 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _unusable(result: dict, error: str, message: str) -> dict:
+def _unusable(result: dict[str, Any], error: str, message: str) -> dict[str, Any]:
     """Mask a rollout that needed token ids and could not get them.
 
-    An unmasked rollout would look healthy until it reached the trainer, so the
-    record keeps the reason for aggregate reporting. There is no snapshot in
-    the answer: nothing was consumed, so nothing may be retired.
+    The seed's helper, kept to its exact shape. An unmasked rollout would look
+    healthy until it reached the trainer, so the record keeps the reason for
+    aggregate reporting. There is no snapshot in the answer: nothing was
+    consumed, so nothing may be retired.
     """
-    return _mark_unusable(result, error, message).to_dict()
-
-
-def _mark_unusable(result: dict, error: str, message: str) -> Build:
     logger.warning("%s", message)
-    build = Build.unusable(error)
+    metrics: dict[str, Any] = {"n_calls": 0, "error": error}
+    if isinstance(result, dict):  # a non-object record has nowhere to carry the mark
+        result[MASK_SAMPLE_KEY] = True
+        result[TOKEN_CAPTURE_KEY] = metrics
+    return {"rebuilt_response": None, MASK_SAMPLE_KEY: True, "error": error, "metrics": metrics}
+
+
+def _mark_unusable(result: Any, error: str, message: str, reason: str) -> Build:
+    """`_unusable` for the typed path: the same marks, plus the machine-readable reason."""
+    logger.warning("%s", message)
+    build = Build.unusable(error, mask_reason=reason)
     if isinstance(result, dict):  # a non-object record has nowhere to carry the mark
         result[MASK_SAMPLE_KEY] = True
         result[TOKEN_CAPTURE_KEY] = build.record_capture()
@@ -72,7 +80,7 @@ def _has_items(value: object) -> bool:
     return isinstance(value, list | tuple) and len(value) > 0
 
 
-def rollout_carries_token_ids(result: dict) -> bool:
+def rollout_carries_token_ids(result: dict[str, Any]) -> bool:
     """Whether this rollout already holds what training needs.
 
     Token ids already in the record are what the policy sampled; they win over
@@ -90,14 +98,14 @@ def rollout_carries_token_ids(result: dict) -> bool:
     )
 
 
-def capture_build_can_retire(built: dict | None) -> bool:
+def capture_build_can_retire(built: dict[str, Any] | None) -> bool:
     """Whether a successful build consumed a frozen snapshot."""
     if not isinstance(built, dict) or built.get(MASK_SAMPLE_KEY):
         return False
     return built.get("rebuilt_response") is not None or bool(built.get(_REDUNDANT_CAPTURE_KEY))
 
 
-def _apply(result: dict, build: Build) -> None:
+def _apply(result: dict[str, Any], build: Build) -> None:
     """Write a build into its record: only response.output and the capture keys change."""
     rebuilt = build.rebuilt_response
     if rebuilt is not None:
@@ -111,29 +119,47 @@ def _apply(result: dict, build: Build) -> None:
         result[MASK_SAMPLE_KEY] = True
 
 
-def _record_model(result: dict) -> str:
+def _record_model(result: dict[str, Any]) -> str:
     response = result.get("response")
     model = response.get("model") if isinstance(response, dict) else None
     return model if isinstance(model, str) else ""
 
 
-async def _build(result: dict, rollout_id: str, source: TokenSource) -> Build:
+async def _build(
+    result: dict[str, Any], rollout_id: str, source: TokenSource, *, terminal_attribution: bool
+) -> Build:
     try:
         snapshot: Snapshot = await source.freeze(rollout_id)
     except Exception as exc:
         logger.warning("freeze of rollout %s failed: %s", rollout_id, _describe(exc))
-        return Build.failed(rollout_id, _describe(exc), metrics={"n_calls": 0})
-    model = _record_model(result)
+        return Build.failed(
+            rollout_id,
+            _describe(exc),
+            mask_reason=MaskReason.FREEZE_FAILED,
+            metrics={"n_calls": 0},
+            builder=BUILDER_NAME,
+        )
+    rebuild = functools.partial(
+        rebuild_snapshot,
+        snapshot,
+        model=_record_model(result),
+        record=result,
+        terminal_attribution=terminal_attribution,
+    )
     tokens = sum(e.cumulative_length for e in snapshot.entries)
     if tokens >= BUILD_IN_THREAD_MIN_TOKENS:
         # Large builds run off the event loop so one long rollout cannot stall
         # every other request of the process.
-        return await asyncio.to_thread(rebuild_snapshot, snapshot, model=model)
-    return rebuild_snapshot(snapshot, model=model)
+        return await asyncio.to_thread(rebuild)
+    return rebuild()
 
 
-async def finalize_record(result: dict, source: TokenSource | None) -> Build | None:
+async def finalize_record(
+    result: dict[str, Any], source: TokenSource | None, *, terminal_attribution: bool = True
+) -> Build | None:
     """Finalize one record in place and return its typed Build (None without a source).
+
+    `terminal_attribution=False` builds by the chain rules alone (docs/configuration.md).
 
     Token fields stay numpy arrays: the service serializes them directly
     (orjson), which avoids turning millions of ids into Python ints only to
@@ -144,22 +170,26 @@ async def finalize_record(result: dict, source: TokenSource | None) -> Build | N
     try:
         rollout_id = rollout_id_of(result)
     except InvalidRolloutId as exc:
-        return _mark_unusable(
-            result, f"malformed rollout id: {exc}", f"malformed rollout id: {exc}"
-        )
+        error = f"malformed rollout id: {exc}"
+        return _mark_unusable(result, error, error, MaskReason.MALFORMED_ROLLOUT_ID)
     try:
         if rollout_carries_token_ids(result):
             return await _redundant_capture(rollout_id, source)
         if rollout_id is None:
             return _mark_unusable(
-                result, "no capture key", "rollout record names no rollout id; masking it"
+                result,
+                "no capture key",
+                "rollout record names no rollout id; masking it",
+                MaskReason.NO_CAPTURE_KEY,
             )
-        build = await _build(result, rollout_id, source)
+        build = await _build(result, rollout_id, source, terminal_attribution=terminal_attribution)
         _apply(result, build)
         return build
     except Exception as exc:
         logger.exception("finalize of rollout %s failed unexpectedly", rollout_id)
-        return _mark_unusable(result, _describe(exc), f"finalize failed: {_describe(exc)}")
+        return _mark_unusable(
+            result, _describe(exc), f"finalize failed: {_describe(exc)}", MaskReason.FINALIZE_ERROR
+        )
 
 
 async def _redundant_capture(rollout_id: str | None, source: TokenSource) -> Build | None:
@@ -186,7 +216,9 @@ def _to_lists(items: list[Any]) -> None:
                     item[key] = value.tolist()
 
 
-async def finalize_rollout_token_capture(result: dict, source: TokenSource | None) -> dict | None:
+async def finalize_rollout_token_capture(
+    result: dict[str, Any], source: TokenSource | None
+) -> dict[str, Any] | None:
     """Rebuild one finished rollout record's `response.output` from its recorded token ids.
 
     Mutates `result` in place, replacing only `response.output` (or setting
@@ -204,7 +236,7 @@ async def finalize_rollout_token_capture(result: dict, source: TokenSource | Non
 
 
 async def retire_rollout_token_capture(
-    rollout_id: str, source: TokenSource | None, built: dict | None
+    rollout_id: str, source: TokenSource | None, built: dict[str, Any] | None
 ) -> bool:
     """Retire a frozen snapshot after durable handoff.
 

@@ -1,4 +1,7 @@
-"""Projection: the main chain as Responses output items with one unbroken token sequence."""
+"""Projection: the main chain as Responses output items with one unbroken token sequence.
+
+See docs/records-and-builds.md#projection.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +9,40 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from token_finalizer.core.entries import TokenEntry
-from token_finalizer.core.prefix_merging import BuildFailed
+from token_finalizer.core.call_graph import Call
 
-__all__ = ["project_response"]
+__all__ = [
+    "NOT_CONTIGUOUS_ERROR",
+    "NO_CHAIN_ERROR",
+    "NO_TOKENS_ERROR",
+    "BuildFailed",
+    "project_response",
+]
+
+# Worded as NeMo Gym words them: harnesses compare these texts.
+NO_CHAIN_ERROR = "ValueError: capture produced no safe trainable chain"
+NO_TOKENS_ERROR = "ValueError: capture produced no trainable generated tokens"
+NOT_CONTIGUOUS_ERROR = "AssertionError: projection is not prefix-contiguous"
+
+Ids = npt.NDArray[np.integer[Any]]
 
 
-def _token_targets(entry: TokenEntry, items: list[dict[str, Any]]) -> list[int]:
+class BuildFailed(Exception):
+    """The capture cannot yield a trainable chain; the message is the build's error."""
+
+
+def _token_targets(call: Call, items: list[dict[str, Any]]) -> list[int]:
     """Indices of the items of one call that receive its token fields."""
-    if entry.token_item_index is not None:
-        return [entry.token_item_index]
-    inline = [
-        i
-        for i, item in enumerate(items)
-        if item.get("generation_token_ids") is not None and len(item["generation_token_ids"])
-    ]
+    index = call.entry.token_item_index
+    if index is not None:
+        return [index]
+    inline = [i for i, item in enumerate(items) if item.get("generation_token_ids") is not None]
     return inline or [len(items) - 1]
 
 
-def _extends(prompt: np.ndarray, seen: tuple[np.ndarray, np.ndarray]) -> bool:
+def _extends(prompt: Ids, seen: tuple[Ids, Ids]) -> bool:
     previous_prompt, previous_generation = seen
     split = len(previous_prompt)
     end = split + len(previous_generation)
@@ -36,45 +53,44 @@ def _extends(prompt: np.ndarray, seen: tuple[np.ndarray, np.ndarray]) -> bool:
     )
 
 
-def project_response(chain: Sequence[TokenEntry], *, rollout_id: str, model: str) -> dict[str, Any]:
-    """Build the rebuilt response of the main chain.
+def project_response(chain: Sequence[Call], *, rollout_id: str, model: str) -> dict[str, Any]:
+    """Build the rebuilt response of the main chain; BuildFailed when it is not trainable.
 
     Token fields hold numpy arrays that share memory with the snapshot: the
     service serializes them directly, and the delivery API turns them into
-    lists for in-process callers.
-
-    Because every link's parent sequence is a prefix of its prompt, the running
-    sequence before a link plus its interstitial is exactly that link's prompt,
-    so each item's `prompt_token_ids` is its call's own prompt array.
+    lists for in-process callers. Every link's parent sequence is a prefix of
+    its prompt, so the running sequence before a link plus its interstitial is
+    exactly that link's full prompt: each item's `prompt_token_ids` is its
+    call's own (full) prompt array.
     """
     output: list[dict[str, Any]] = []
-    seen: tuple[np.ndarray, np.ndarray] | None = None
+    seen: tuple[Ids, Ids] | None = None
     input_tokens: int | None = None
     output_tokens = 0
-    for entry in chain:
+    for call in chain:
+        entry = call.entry
         items = [dict(item) for item in entry.output_items] or [{"type": "message"}]
-        for index in _token_targets(entry, items):
-            prompt = entry.prompt_token_ids
-            if seen is not None and not _extends(prompt, seen):
+        for index in _token_targets(call, items):
+            if seen is not None and not _extends(call.prompt, seen):
                 raise BuildFailed(
-                    f"prefix contiguity violated: the prompt of model call "
-                    f"{entry.model_call_id} does not extend the tokens before it"
+                    f"{NOT_CONTIGUOUS_ERROR}: the prompt of model call {call.call_id} "
+                    "does not extend the tokens before it"
                 )
             fields: dict[str, Any] = {
-                "prompt_token_ids": prompt,
+                "prompt_token_ids": call.prompt,
                 "generation_token_ids": entry.generation_token_ids,
                 "generation_log_probs": entry.generation_log_probs,
             }
             if entry.routed_experts is not None:
                 fields["routed_experts"] = entry.routed_experts
             items[index].update(fields)
-            seen = (prompt, entry.generation_token_ids)
+            seen = (call.prompt, entry.generation_token_ids)
             if input_tokens is None:
-                input_tokens = len(prompt)
+                input_tokens = len(call.prompt)
             output_tokens += len(entry.generation_token_ids)
         output.extend(items)
     if input_tokens is None or output_tokens == 0:
-        raise BuildFailed("the rebuilt output carries no generated tokens")
+        raise BuildFailed(NO_TOKENS_ERROR)
     return {
         "id": f"proj-{rollout_id}",
         "model": model,

@@ -1,81 +1,235 @@
-"""Rebuild one frozen snapshot into a Build: arrange the calls, project, decide the mask."""
+"""Rebuild one frozen snapshot into a Build: link, arrange, project, decide the mask.
+
+Two kinds of snapshot are built: *seed* snapshots (no entry carries a lineage
+decision) by prefix merging alone, and *lineage* snapshots written by NeMo Gym
+0.7 model servers by their recorded, digest-verified parents. Terminal
+attribution (which call the verifier scored) applies to both unless it is
+turned off. See docs/records-and-builds.md#the-build.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer._constants import FRACTION_DIGITS
-from token_finalizer.core.build import Build
-from token_finalizer.core.entries import Snapshot
-from token_finalizer.core.prefix_merging import BuildFailed, build_forest
-from token_finalizer.core.projection import project_response
+from token_finalizer.core.build import Build, MaskReason
+from token_finalizer.core.call_graph import (
+    Call,
+    LinkReport,
+    link_by_lineage,
+    link_by_prefix,
+    processing_order,
+)
+from token_finalizer.core.delta import deduplicate, materialize
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.forest import Forest, TerminalChain, arrange
+from token_finalizer.core.projection import NO_CHAIN_ERROR, BuildFailed, project_response
+from token_finalizer.core.terminal import (
+    TerminalAttribution,
+    attribute_terminal,
+    disabled_attribution,
+)
 
-__all__ = ["BUILDER_NAME", "EMPTY_CAPTURE_ERROR", "MaskReason", "rebuild_snapshot"]
+__all__ = [
+    "BUILDER_NAME",
+    "EMPTY_CAPTURE_ERROR",
+    "is_lineage_snapshot",
+    "rebuild_snapshot",
+]
 
 BUILDER_NAME = "prefix_merging"
 EMPTY_CAPTURE_ERROR = "capture contains no token records"
 
 
-class MaskReason:
-    """Mask reasons of built responses (failed builds use the head of their error)."""
-
-    CAPTURE_INCOMPLETE = "capture incomplete"
-    UNRESOLVED_RETRIES = "unresolved retries"
-    MULTIPLE_ROOTS = "multiple roots"
-    MULTIPLE_CHAINS = "multiple chains"
+def is_lineage_snapshot(entries: Sequence[TokenEntry]) -> bool:
+    """Whether any entry carries a 0.7 parent decision (else §5 prefix merging alone applies)."""
+    return any(entry.lineage.stamped for entry in entries)
 
 
 def _fraction(numerator: int, denominator: int) -> float:
     return round(numerator / denominator, FRACTION_DIGITS) if denominator else 0.0
 
 
-def _failed(snapshot: Snapshot, error: str) -> Build:
-    metrics: dict[str, Any] = {"n_calls": len(snapshot.entries)}
-    if snapshot.incomplete:
-        metrics["capture_incomplete"] = True
-    return Build.failed(
-        snapshot.rollout_id, error, metrics=metrics, builder=BUILDER_NAME, snapshot=snapshot
+def _attribution_metrics(attribution: TerminalAttribution, chain: str) -> dict[str, Any]:
+    return {
+        "method": attribution.method,
+        "call_id": attribution.call_id,
+        "reason": attribution.reason,
+        "chain": chain,
+    }
+
+
+@dataclass(slots=True)
+class _Linked:
+    """Kept calls in processing order, linked, with what the lineage rules reported."""
+
+    calls: list[Call]
+    report: LinkReport
+    empty_generation_calls: int
+    generated_tokens_captured: int
+
+
+def _link(entries: Sequence[TokenEntry]) -> _Linked:
+    report = LinkReport()
+    if is_lineage_snapshot(entries):
+        deduplicated = deduplicate(entries)
+        for call_id in deduplicated.conflicts:
+            report.failures["duplicate_call_id_conflict"] += 1
+            report.unresolved.append(call_id)
+        materialized = materialize(deduplicated.entries)
+        for call_id in materialized.broken:
+            report.failures["delta_chain_unreconstructable"] += 1
+            report.unresolved.append(call_id)
+        candidates, known = materialized.entries, materialized.cumulative_digests
+    else:
+        ids = [entry.model_call_id for entry in entries]
+        if len(set(ids)) != len(ids):
+            duplicated = sorted({i for i in ids if ids.count(i) > 1})
+            raise BuildFailed(f"duplicate model_call_id in capture: {', '.join(duplicated)}")
+        candidates, known = list(entries), {}
+    kept = [entry for entry in candidates if len(entry.generation_token_ids)]
+    calls = processing_order(kept, [entry.prompt_token_ids for entry in kept])
+    if is_lineage_snapshot(entries):
+        link_by_lineage(calls, report, known)
+    else:
+        link_by_prefix(calls)
+    return _Linked(
+        calls=calls,
+        report=report,
+        empty_generation_calls=len(candidates) - len(kept),
+        generated_tokens_captured=sum(len(entry.generation_token_ids) for entry in kept),
     )
 
 
-def rebuild_snapshot(snapshot: Snapshot, *, model: str = "") -> Build:
-    """Rebuild the response of one frozen snapshot; a failure is a masked build, not a raise."""
+def _mask_reason(
+    snapshot: Snapshot, forest: Forest, linked: _Linked, attribution: TerminalAttribution
+) -> str | None:
+    if snapshot.incomplete:
+        return MaskReason.CAPTURE_INCOMPLETE
+    if forest.terminal is TerminalChain.DELIVERED:
+        return None
+    if forest.terminal is TerminalChain.BROKEN:
+        return MaskReason.TERMINAL_BROKEN
+    if forest.terminal is TerminalChain.NOT_CAPTURED:
+        return MaskReason.TERMINAL_NOT_CAPTURED
+    if attribution.declared:
+        return MaskReason.DECLARED_TERMINAL_UNMATCHED
+    if forest.unresolved_retries:
+        return MaskReason.UNRESOLVED_RETRIES
+    if linked.report.unresolved:
+        return MaskReason.UNRESOLVED_PARENTS
+    if forest.roots != 1:
+        return MaskReason.MULTIPLE_ROOTS
+    if forest.chains != 1:
+        return MaskReason.MULTIPLE_CHAINS
+    return None
+
+
+_FAILURE_REASONS = (
+    (EMPTY_CAPTURE_ERROR, MaskReason.EMPTY_CAPTURE),
+    ("ValueError: capture produced no safe", MaskReason.NO_TRAINABLE_CHAIN),
+    ("ValueError: capture produced no trainable", MaskReason.NO_TRAINABLE_TOKENS),
+    ("AssertionError: projection is not prefix", MaskReason.NOT_PREFIX_CONTIGUOUS),
+    ("duplicate model_call_id", MaskReason.DUPLICATE_CALL_ID),
+    ("ValueError: token ids", MaskReason.INVALID_TOKENS),
+)
+
+
+def _failed(
+    snapshot: Snapshot, error: str, attribution: TerminalAttribution | None, chain: str
+) -> Build:
+    metrics: dict[str, Any] = {"n_calls": len(snapshot.entries)}
+    if attribution is not None:
+        metrics["terminal_attribution"] = _attribution_metrics(attribution, chain or "error")
+    if snapshot.incomplete:
+        metrics["capture_incomplete"] = True
+    reason = next(
+        (r for prefix, r in _FAILURE_REASONS if error.startswith(prefix)), MaskReason.BUILD_FAILED
+    )
+    if snapshot.incomplete:
+        reason = MaskReason.CAPTURE_INCOMPLETE
+    return Build.failed(
+        snapshot.rollout_id,
+        error,
+        metrics=metrics,
+        builder=BUILDER_NAME,
+        snapshot=snapshot,
+        mask_reason=reason,
+    )
+
+
+def rebuild_snapshot(
+    snapshot: Snapshot,
+    *,
+    model: str = "",
+    record: Mapping[str, Any] | None = None,
+    terminal_attribution: bool = True,
+) -> Build:
+    """Rebuild the response of one frozen snapshot; a failure is a masked build, not a raise.
+
+    `record` is the finished rollout record: terminal attribution reads the
+    verifier's choice from it. Without a record nothing is attributed.
+    """
     if not snapshot.entries:
-        return _failed(snapshot, EMPTY_CAPTURE_ERROR)
+        return _failed(snapshot, EMPTY_CAPTURE_ERROR, None, "")
+    if terminal_attribution and record is not None:
+        attribution = attribute_terminal(snapshot.entries, record)
+    elif terminal_attribution:
+        attribution = attribute_terminal(snapshot.entries, {})
+    else:
+        attribution = disabled_attribution()
+    status = ""
     try:
-        forest = build_forest(snapshot.entries)
+        linked = _link(snapshot.entries)
+        forest = arrange(
+            linked.calls, terminal_id=attribution.call_id, attributed=attribution.attributed
+        )
+        if forest is None:
+            status = TerminalChain.NOT_CAPTURED if attribution.attributed else ""
+            raise BuildFailed(NO_CHAIN_ERROR)
+        status = forest.terminal.value
         response = project_response(forest.main_chain, rollout_id=snapshot.rollout_id, model=model)
     except BuildFailed as exc:
-        return _failed(snapshot, str(exc))
+        return _failed(snapshot, str(exc), attribution, status)
+    except ValueError as exc:  # a token id out of the digest's range
+        return _failed(snapshot, f"ValueError: {exc}", attribution, status)
+    return _built(snapshot, response, forest, linked, attribution)
+
+
+def _built(
+    snapshot: Snapshot,
+    response: dict[str, Any],
+    forest: Forest,
+    linked: _Linked,
+    attribution: TerminalAttribution,
+) -> Build:
     n_calls = len(snapshot.entries)
+    captured = linked.generated_tokens_captured
+    delivered = sum(len(call.generation) for call in forest.main_chain)
     metrics: dict[str, Any] = {
         "n_calls": n_calls,
+        "terminal_attribution": _attribution_metrics(attribution, forest.terminal.value),
         "chains": forest.chains,
         "roots": forest.roots,
         "quarantined_calls": forest.quarantined_calls,
         "quarantined_fraction": _fraction(forest.quarantined_calls, n_calls),
-        "delivered_fraction": _fraction(
-            forest.generated_tokens_delivered, forest.generated_tokens_captured
-        ),
-        "generated_tokens_captured": forest.generated_tokens_captured,
-        "generated_tokens_delivered": forest.generated_tokens_delivered,
-        "empty_generation_calls": forest.empty_generation_calls,
+        "delivered_fraction": _fraction(delivered, captured),
+        "generated_tokens_captured": captured,
+        "generated_tokens_delivered": delivered,
+        "parent_link_failures": dict(linked.report.failures),
+        "unresolved_parent_calls": len(linked.report.unresolved),
+        "empty_generation_calls": linked.empty_generation_calls,
     }
-    reason: str | None = None
     if snapshot.incomplete:
         metrics["capture_incomplete"] = True
-        reason = MaskReason.CAPTURE_INCOMPLETE
-    elif forest.unresolved_retries:
-        reason = MaskReason.UNRESOLVED_RETRIES
-    elif forest.roots != 1:
-        reason = MaskReason.MULTIPLE_ROOTS
-    elif forest.chains != 1:
-        reason = MaskReason.MULTIPLE_CHAINS
     return Build.built(
         snapshot,
         builder=BUILDER_NAME,
         response=response,
         metrics=metrics,
-        mask_reason=reason,
+        mask_reason=_mask_reason(snapshot, forest, linked, attribution),
         unresolved_retries=forest.unresolved_retries,
+        unresolved_parent_calls=linked.report.unresolved,
     )

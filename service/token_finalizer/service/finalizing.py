@@ -80,9 +80,12 @@ async def finalize(
     source = state.sources.resolve(source_name)
     log["source"] = source.name
     _guarded(state, log, state.guard.check, run_id)
-    if state.settings.token_id_capture.takes_part(record):
+    capture = state.settings.token_id_capture
+    if capture.takes_part(record):
         async with state.finalize_slots:
-            build = await finalize_record(record, source)
+            build = await finalize_record(
+                record, source, terminal_attribution=capture.terminal_attribution
+            )
     else:
         build = None
     outcome = _outcome(build)

@@ -83,8 +83,8 @@ class MaskFractionGuard:
             return
         counts = self._counts(run_id)
         counts.finalized += 1
-        reason = build.mask_reason
-        if reason is not None:
+        if build.mask_sample:
+            reason = build.mask_reason or "unknown"
             counts.masked += 1
             counts.reasons[reason] += 1
         assert self.max_mask_fraction is not None

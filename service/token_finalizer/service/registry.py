@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
 
 from token_finalizer._constants import READY_PING_TIMEOUT_S
 from token_finalizer.core.entries import Snapshot
+from token_finalizer.core.protocols import TokenSource
 from token_finalizer.service.errors import UnknownSource
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import Settings
@@ -24,16 +25,18 @@ __all__ = ["InstrumentedSource", "SourceRegistry"]
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 
 class InstrumentedSource:
     """A TokenSource that records the latency and failures of the source it wraps."""
 
-    def __init__(self, name: str, inner: Any, metrics: ServiceMetrics) -> None:
+    def __init__(self, name: str, inner: TokenSource, metrics: ServiceMetrics) -> None:
         self.name = name
         self.inner = inner
         self._metrics = metrics
 
-    async def _timed(self, operation: str, call: Any) -> Any:
+    async def _timed(self, operation: str, call: Awaitable[_T]) -> _T:
         started = time.perf_counter()
         try:
             return await call
@@ -85,7 +88,7 @@ class SourceRegistry:
         cls,
         settings: Settings,
         metrics: ServiceMetrics,
-        provided: Mapping[str, Any] | None = None,
+        provided: Mapping[str, TokenSource] | None = None,
     ) -> SourceRegistry:
         """Open every configured source not `provided` in code; provided ones stay the caller's."""
         provided = dict(provided or {})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from token_finalizer.core.protocols import TokenSource
 from token_finalizer.sources.file import FileTokenStore, SweptCapture
 from token_finalizer.sources.memory import MemoryTokenStore
 
@@ -17,7 +18,7 @@ __all__ = ["SOURCE_KINDS", "FileTokenStore", "MemoryTokenStore", "SweptCapture",
 SOURCE_KINDS = ("memory", "file", "http")
 
 
-def open_source(kind: str, **options: Any) -> Any:
+def open_source(kind: str, **options: Any) -> TokenSource:
     """Create the source of one configured kind; options are the kind's config keys."""
     if kind == "memory":
         return MemoryTokenStore()

@@ -21,9 +21,10 @@ def entry_payload(entry: object) -> tuple[TokenEntry, bytes]:
         payload = entry.to_dict()
     elif isinstance(entry, Mapping):
         payload = dict(entry)
-    elif callable(getattr(entry, "model_dump", None)):
-        payload = entry.model_dump()  # type: ignore[attr-defined]
     else:
-        raise TokenEntryError(f"a TokenEntry must be a mapping, got {type(entry).__name__}")
+        model_dump = getattr(entry, "model_dump", None)
+        if not callable(model_dump):
+            raise TokenEntryError(f"a TokenEntry must be a mapping, got {type(entry).__name__}")
+        payload = model_dump()
     parsed = TokenEntry.from_dict(payload)
     return parsed, dumps_entry_line(payload)

@@ -111,8 +111,6 @@ def _read_lines(path: Path) -> list[str]:
 class FileTokenStore:
     """TokenSource and TokenSink over a local directory."""
 
-    kind = "file"
-
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -456,10 +454,6 @@ class FileTokenStore:
                         path.unlink(missing_ok=True)
                     paths.lock.unlink(missing_ok=True)
         return swept
-
-    def sweep_retired(self, older_than_seconds: float) -> list[str]:
-        """Remove retired tombstones whose last change is older than the given age."""
-        return [s.rollout_id for s in self.sweep(retired_older_than=older_than_seconds)]
 
     async def ping(self) -> None:
         """Reachable when the directory exists and is writable."""

@@ -3,8 +3,10 @@
 Finalizer side only (freeze, drop, ping, close). One pooled AsyncClient per
 source, opened with the source and closed with it. Freeze and drop are both
 safe to repeat (freeze is idempotent, drop is conditional on the exact
-snapshot), so connection trouble and 502/503/504 are retried with exponential
-backoff and jitter; any other answer stands.
+snapshot), so they go through the project's one retry policy,
+`token_finalizer_client._retry.RetryPolicy` (transient transport errors and
+502/503/504 are retried with jittered exponential backoff; any other answer
+stands), with this source's own attempt count and delays.
 
 Every failure is raised as a CaptureError subclass whose message says what
 went wrong and where; the finalize path turns it into a masked build.
@@ -13,11 +15,10 @@ went wrong and where; the finalize path turns it into a masked build.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -31,25 +32,31 @@ from token_finalizer._constants import (
     HTTP_PARSE_IN_THREAD_MIN_BYTES,
     HTTP_RETRY_BASE_DELAY_S,
     HTTP_RETRY_MAX_DELAY_S,
-    HTTP_RETRY_STATUSES,
 )
 from token_finalizer.core.codec import loads_json, loads_with_token_arrays, zstd_decompress
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureRetired, SourceUnavailable
 from token_finalizer.core.identity import check_store_id
+from token_finalizer_client._retry import RETRY_STATUSES, RetryPolicy, is_retryable_error
 
 __all__ = ["CAPTURE_PATH", "HttpTokenSource", "rollout_path"]
 
+_T = TypeVar("_T")
+
 # The correlation segment model servers already use; every rollout path keeps it.
 CAPTURE_PATH = "training-token-capture"
-
-# No HTTP answer, but the request may well succeed if repeated.
-_TRANSIENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 def rollout_path(rollout_id: str, operation: str) -> str:
     """`/ng-rollout/{id}/training-token-capture/{operation}`, the id checked first."""
     return f"/ng-rollout/{check_store_id(rollout_id)}/{CAPTURE_PATH}/{operation}"
+
+
+def _exactly(value: object, kind: type[_T]) -> _T | None:
+    """`value` when it is a `kind` (a JSON boolean is no int here), else None."""
+    if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -61,6 +68,7 @@ class _Answer:
     """One HTTP answer, its body still zstd-compressed when the server compressed it."""
 
     status_code: int
+    headers: Mapping[str, str]
     raw: bytes
     zstd: bool
 
@@ -78,15 +86,14 @@ class _Answer:
             data = loads_json(body)
         except ValueError:
             data = None
-        if isinstance(data, dict) and isinstance(data.get("error"), str):
-            return data["error"]
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, str):
+            return error
         return body[:200].decode("utf-8", "replace").strip() or "(empty body)"
 
 
 class HttpTokenSource:
     """TokenSource over a remote capture store (protocol v1)."""
-
-    kind = "http"
 
     def __init__(
         self,
@@ -101,11 +108,12 @@ class HttpTokenSource:
             raise ValueError(f"url {url!r} must start with http:// or https://")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         if token == "":
             raise ValueError("token is empty; pass None for no token")
         self.url = url.rstrip("/")
+        self._retry = RetryPolicy(
+            max_retries, base_delay_s=HTTP_RETRY_BASE_DELAY_S, max_delay_s=HTTP_RETRY_MAX_DELAY_S
+        )
         self.max_retries = max_retries
         headers = {"Accept": "application/json", "Accept-Encoding": "zstd"}
         if token is not None:
@@ -154,7 +162,7 @@ class HttpTokenSource:
                         f"capture store {self.url} sent an answer over "
                         f"{HTTP_MAX_ANSWER_BYTES} bytes to {method} {path}"
                     )
-            return _Answer(response.status_code, b"".join(parts), zstd=zstd)
+            return _Answer(response.status_code, response.headers, b"".join(parts), zstd=zstd)
         finally:
             await response.aclose()
 
@@ -162,33 +170,18 @@ class HttpTokenSource:
         """One logical call: retried on transient failures, raised as SourceUnavailable."""
         if self._closed:
             raise SourceUnavailable(f"the http source for {self.url} is closed")
-        attempts = self.max_retries + 1
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                answer = await self._exchange(method, path, **kwargs)
-            except _TRANSIENT as exc:
-                if last:
-                    raise SourceUnavailable(
-                        f"capture store {self.url} did not answer {what} "
-                        f"after {attempts} attempt(s): {_describe(exc)}"
-                    ) from None
-            except httpx.HTTPError as exc:  # e.g. a body that fails to decode: not transient
+        try:
+            return await self._retry.acall(lambda: self._exchange(method, path, **kwargs))
+        except httpx.HTTPError as exc:
+            if is_retryable_error(exc):
                 raise SourceUnavailable(
-                    f"capture store {self.url} answered {what} unreadably: {_describe(exc)}"
+                    f"capture store {self.url} did not answer {what} "
+                    f"after {self._retry.attempts} attempt(s): {_describe(exc)}"
                 ) from None
-            else:
-                if answer.status_code not in HTTP_RETRY_STATUSES or last:
-                    return answer
-            await asyncio.sleep(self._backoff(attempt))
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
-    @staticmethod
-    def _backoff(attempt: int) -> float:
-        # Jitter in [delay/2, delay]: spreads the retries of many finalizers that
-        # failed together without ever retrying at once.
-        delay = min(HTTP_RETRY_MAX_DELAY_S, HTTP_RETRY_BASE_DELAY_S * 2**attempt)
-        return random.uniform(delay / 2, delay)
+            # E.g. a body that fails to decode: not transient.
+            raise SourceUnavailable(
+                f"capture store {self.url} answered {what} unreadably: {_describe(exc)}"
+            ) from None
 
     def _check_status(self, answer: _Answer, what: str) -> None:
         """Raise for anything but a 200: CaptureRetired for 409, else SourceUnavailable."""
@@ -199,8 +192,8 @@ class HttpTokenSource:
             raise CaptureRetired(f"capture store {self.url}: {answer.error_text()}")
         if status in (401, 403):
             reason = "refused the bearer token"
-        elif status in HTTP_RETRY_STATUSES:
-            reason = f"was unavailable after {self.max_retries + 1} attempt(s)"
+        elif status in RETRY_STATUSES:
+            reason = f"was unavailable after {self._retry.attempts} attempt(s)"
         elif status == 404:
             reason = "has no such protocol v1 path (is the url right?)"
         else:
@@ -240,33 +233,30 @@ class HttpTokenSource:
             raise SourceUnavailable(
                 f"capture store {self.url}: {what} names rollout {body.get('rollout_id')!r}"
             )
-        entries = body.get("entries")
-        snapshot_id = body.get("snapshot_id")
-        version = body.get("version")
-        incomplete = body.get("incomplete")
-        problems = [
-            name
-            for name, ok in (
-                ("entries", isinstance(entries, list)),
-                ("snapshot_id", isinstance(snapshot_id, str) and snapshot_id != ""),
-                ("version", isinstance(version, int) and not isinstance(version, bool)),
-                ("incomplete", isinstance(incomplete, bool)),
-            )
-            if not ok
-        ]
-        if problems:
+        entries = _exactly(body.get("entries"), list)
+        snapshot_id = _exactly(body.get("snapshot_id"), str) or None  # "" names no snapshot
+        version = _exactly(body.get("version"), int)
+        incomplete = _exactly(body.get("incomplete"), bool)
+        if entries is None or snapshot_id is None or version is None or incomplete is None:
+            fields = {
+                "entries": entries,
+                "snapshot_id": snapshot_id,
+                "version": version,
+                "incomplete": incomplete,
+            }
+            problems = [name for name, value in fields.items() if value is None]
             raise SourceUnavailable(
                 f"capture store {self.url}: {what} has no valid {', '.join(problems)}"
             )
         # TokenEntryError (a newer schema, a bad field) propagates as it is.
-        parsed = tuple(TokenEntry.from_dict(entry) for entry in entries)  # type: ignore[union-attr]
+        parsed = tuple(TokenEntry.from_dict(entry) for entry in entries)
         self._check_entries(parsed, rollout_id, what)
         return Snapshot(
             rollout_id=rollout_id,
             entries=parsed,
-            incomplete=incomplete,  # type: ignore[arg-type]
-            snapshot_id=snapshot_id,  # type: ignore[arg-type]
-            version=version,  # type: ignore[arg-type]
+            incomplete=incomplete,
+            snapshot_id=snapshot_id,
+            version=version,
         )
 
     def _check_entries(self, entries: tuple[TokenEntry, ...], rollout_id: str, what: str) -> None:

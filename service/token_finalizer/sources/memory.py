@@ -27,8 +27,6 @@ class _Rollout:
 class MemoryTokenStore:
     """TokenSource and TokenSink over a dict, with the file store's semantics."""
 
-    kind = "memory"
-
     def __init__(self) -> None:
         self._rollouts: dict[str, _Rollout] = {}
         # A plain lock: every method is short and never awaits while holding it.

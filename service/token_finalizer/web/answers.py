@@ -13,7 +13,7 @@ from typing import Any
 from starlette.responses import Response
 
 from token_finalizer._constants import ZSTD_MIN_BYTES
-from token_finalizer.core.codec import encode_json, zstd_compress
+from token_finalizer.core.codec import Piece, encode_json, zstd_compress
 
 __all__ = [
     "accepts_zstd",
@@ -56,7 +56,7 @@ def json_response(
 
 
 def encoded_response(
-    body: bytes | Sequence[bytes],
+    body: bytes | Sequence[Piece],
     *,
     status_code: int = 200,
     accept_encoding: str | None = None,
@@ -67,9 +67,10 @@ def encoded_response(
     Pieces are compressed as one stream and never joined uncompressed: a large
     answer spliced from shared parts does not pay for a 64 MB copy.
     """
-    pieces = [body] if isinstance(body, bytes) else list(body)
+    pieces: list[Piece] = [body] if isinstance(body, bytes) else list(body)
     size = sum(len(piece) for piece in pieces)
     extra = dict(headers or {})
+    content: Piece
     if size >= ZSTD_MIN_BYTES and accepts_zstd(accept_encoding):
         content = zstd_compress(pieces)
         extra["Content-Encoding"] = "zstd"

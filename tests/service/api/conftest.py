@@ -1,4 +1,10 @@
-"""Fixtures of the finalizer API tests: settings over a capture directory, a served app."""
+"""Fixtures of the finalizer API tests: settings over a capture directory, clients of the app.
+
+`client` calls the app in-process (its lifespan runs around the test); use it
+unless the test needs a real socket. `served_url` serves the same app under
+uvicorn on loopback, for what only a real server shows (many connections at
+once, raw bytes on the wire, chunked bodies arriving piece by piece).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from tests.support.asgi import in_process
 from tests.support.captures import agent_rollout
 from tests.support.servers import running_app
 from token_finalizer import FileTokenStore
@@ -48,17 +55,17 @@ def app(make_settings: SettingsFactory) -> FastAPI:
 
 
 @pytest.fixture
-def service(app: FastAPI) -> Iterator[str]:
-    """The base URL of `app` served by uvicorn on loopback."""
-    with running_app(app) as base:
-        yield base
+def client(app: FastAPI) -> Iterator[httpx.Client]:
+    """An in-process client of `app`; the app's lifespan runs around the test."""
+    with in_process(app) as http:
+        yield http
 
 
 @pytest.fixture
-def client(service: str) -> Iterator[httpx.Client]:
-    """An HTTP client of `service`."""
-    with httpx.Client(base_url=service, timeout=30.0) as http:
-        yield http
+def served_url(app: FastAPI) -> Iterator[str]:
+    """The base URL of `app` served by uvicorn on loopback (for tests that need a real socket)."""
+    with running_app(app) as base:
+        yield base
 
 
 CaptureWriter = Callable[..., list[dict[str, Any]]]

@@ -9,43 +9,41 @@ import httpx
 import pytest
 
 from tests.service.api.conftest import SettingsFactory
+from tests.support.asgi import in_process
 from tests.support.captures import record_for
-from tests.support.servers import running_app
 from token_finalizer.api import create_app
 
 TOKENS = ["first-secret-token", "second-secret-token"]
 
 
 @pytest.fixture
-def secured_url(make_settings: SettingsFactory) -> Iterator[str]:
-    """A service with two configured bearer tokens."""
-    with running_app(create_app(make_settings(auth={"bearer_tokens": TOKENS}))) as base:
-        yield base
+def secured(make_settings: SettingsFactory) -> Iterator[httpx.Client]:
+    """An in-process client of a service with two configured bearer tokens."""
+    with in_process(create_app(make_settings(auth={"bearer_tokens": TOKENS}))) as client:
+        yield client
 
 
 @pytest.mark.parametrize("path", ["/finalize", "/retire"])
-def test_missing_token_is_401_with_a_bearer_challenge(secured_url: str, path: str) -> None:
+def test_missing_token_is_401_with_a_bearer_challenge(secured: httpx.Client, path: str) -> None:
     """Without Authorization the call answers 401, WWW-Authenticate: Bearer, and an error body."""
-    response = httpx.post(secured_url + path, json=record_for("r-1"))
+    response = secured.post(path, json=record_for("r-1"))
     assert (response.status_code, response.headers["www-authenticate"]) == (401, "Bearer")
     assert response.json() == {"error": "missing bearer token (Authorization: Bearer <token>)"}
 
 
-def test_wrong_token_is_401(secured_url: str) -> None:
+def test_wrong_token_is_401(secured: httpx.Client) -> None:
     """A token that is not configured answers 401 `wrong bearer token`."""
-    response = httpx.post(
-        secured_url + "/finalize",
+    response = secured.post(
+        "/finalize",
         json=record_for("r-1"),
         headers={"Authorization": "Bearer first-secret-tokeN"},
     )
     assert (response.status_code, response.json()) == (401, {"error": "wrong bearer token"})
 
 
-def test_other_scheme_is_401(secured_url: str) -> None:
+def test_other_scheme_is_401(secured: httpx.Client) -> None:
     """A Basic (non-bearer) Authorization header answers 401."""
-    response = httpx.post(
-        secured_url + "/finalize", json=record_for("r-1"), auth=("user", TOKENS[0])
-    )
+    response = secured.post("/finalize", json=record_for("r-1"), auth=("user", TOKENS[0]))
     assert (response.status_code, response.json()) == (
         401,
         {"error": "Authorization header must be 'Bearer <token>'"},
@@ -53,20 +51,20 @@ def test_other_scheme_is_401(secured_url: str) -> None:
 
 
 @pytest.mark.parametrize("token", TOKENS)
-def test_any_configured_token_is_accepted(secured_url: str, token: str) -> None:
+def test_any_configured_token_is_accepted(secured: httpx.Client, token: str) -> None:
     """Each configured token authorizes a finalize."""
-    response = httpx.post(
-        secured_url + "/finalize",
+    response = secured.post(
+        "/finalize",
         json=record_for("r-1"),
         headers={"Authorization": f"Bearer {token}"},
     )
     assert response.status_code == 200
 
 
-def test_scheme_is_case_insensitive(secured_url: str) -> None:
+def test_scheme_is_case_insensitive(secured: httpx.Client) -> None:
     """`bearer` in lower case is accepted like `Bearer`."""
-    response = httpx.post(
-        secured_url + "/finalize",
+    response = secured.post(
+        "/finalize",
         json=record_for("r-1"),
         headers={"Authorization": f"bearer {TOKENS[1]}"},
     )
@@ -74,14 +72,14 @@ def test_scheme_is_case_insensitive(secured_url: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["/health", "/ready", "/metrics"])
-def test_probes_stay_open(secured_url: str, path: str) -> None:
+def test_probes_stay_open(secured: httpx.Client, path: str) -> None:
     """Health, readiness and metrics answer 200 without a token."""
-    assert httpx.get(secured_url + path).status_code == 200
+    assert secured.get(path).status_code == 200
 
 
-def test_auth_is_checked_before_the_body_is_read(secured_url: str) -> None:
+def test_auth_is_checked_before_the_body_is_read(secured: httpx.Client) -> None:
     """An unauthenticated invalid body answers 401, not 400: nothing is read for strangers."""
-    response = httpx.post(secured_url + "/finalize", content=b"not json")
+    response = secured.post("/finalize", content=b"not json")
     assert response.status_code == 401
 
 
@@ -90,12 +88,14 @@ def test_no_tokens_configured_means_no_auth(client: httpx.Client) -> None:
     assert client.post("/finalize", json=record_for("r-1")).status_code == 200
 
 
-def test_tokens_never_reach_the_logs(secured_url: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_tokens_never_reach_the_logs(
+    secured: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
     """Neither accepted nor refused tokens appear in any log record."""
     caplog.set_level(logging.DEBUG)
     for token in [TOKENS[0], "refused-token-value"]:
-        httpx.post(
-            secured_url + "/finalize",
+        secured.post(
+            "/finalize",
             json=record_for("r-1"),
             headers={"Authorization": f"Bearer {token}"},
         )

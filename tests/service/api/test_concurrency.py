@@ -1,4 +1,8 @@
-"""Many finalizes at once: distinct rollouts, and one rollout finalized by several callers."""
+"""Many finalizes at once: distinct rollouts, and one rollout finalized by several callers.
+
+These stay on a real uvicorn server (`served_url`): each caller has its own
+connection, so the requests really overlap as they would in production.
+"""
 
 from __future__ import annotations
 
@@ -34,21 +38,21 @@ async def _write(store: FileTokenStore, rollout_ids: list[str]) -> None:
             await store.put(entry)
 
 
-async def test_fifty_distinct_rollouts_at_once(service: str, file_store: FileTokenStore) -> None:
+async def test_fifty_distinct_rollouts_at_once(served_url: str, file_store: FileTokenStore) -> None:
     """50 concurrent finalizes of distinct rollouts all answer 200 with their own rebuilt record."""
     rollout_ids = [f"r-{i}" for i in range(50)]
     await _write(file_store, rollout_ids)
-    responses = await _finalize_all(service, rollout_ids)
+    responses = await _finalize_all(served_url, rollout_ids)
     answered = [(r.status_code, r.json()["rollout_id"], r.json()["retirable"]) for r in responses]
     assert answered == [(200, rollout_id, True) for rollout_id in rollout_ids]
 
 
 async def test_ten_callers_of_one_rollout_share_one_snapshot(
-    service: str, file_store: FileTokenStore
+    served_url: str, file_store: FileTokenStore
 ) -> None:
     """10 concurrent finalizes of one rollout: no 5xx, and all name the same snapshot."""
     await _write(file_store, ["shared"])
-    responses = await _finalize_all(service, ["shared"] * 10)
+    responses = await _finalize_all(served_url, ["shared"] * 10)
     snapshots = {
         (r.status_code, r.json()["build"]["_capture_snapshot"]["snapshot_id"]) for r in responses
     }
@@ -57,10 +61,10 @@ async def test_ten_callers_of_one_rollout_share_one_snapshot(
 
 
 async def test_concurrent_same_rollout_builds_agree(
-    service: str, file_store: FileTokenStore
+    served_url: str, file_store: FileTokenStore
 ) -> None:
     """10 concurrent finalizes of one rollout return identical records."""
     await _write(file_store, ["shared"])
-    responses = await _finalize_all(service, ["shared"] * 10)
+    responses = await _finalize_all(served_url, ["shared"] * 10)
     records = [r.json()["record"] for r in responses]
     assert all(record == records[0] for record in records)

@@ -1,4 +1,4 @@
-"""POST /finalize through a real uvicorn: answers, masking, enablement, sources, encodings."""
+"""POST /finalize, called in-process: answers, masking, enablement, sources, encodings."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import orjson
 import zstandard
 
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
+from tests.support.asgi import in_process
 from tests.support.captures import record_for
-from tests.support.servers import running_app
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 
@@ -89,8 +89,8 @@ def test_agent_not_taking_part_gets_no_build(
     write_capture("r-1")
     settings = make_settings(token_id_capture={"all_agents": False, "agents": ["other_agent"]})
     record = record_for("r-1")
-    with running_app(create_app(settings)) as base:
-        answer = httpx.post(base + "/finalize", json=record).json()
+    with in_process(create_app(settings)) as client:
+        answer = client.post("/finalize", json=record).json()
     assert answer == {
         "rollout_id": "r-1",
         "source": "local",
@@ -106,8 +106,8 @@ def test_listed_agent_takes_part(
     """An agent listed in `token_id_capture.agents` is finalized."""
     write_capture("r-1")
     settings = make_settings(token_id_capture={"all_agents": False, "agents": ["swe_agent"]})
-    with running_app(create_app(settings)) as base:
-        answer = httpx.post(base + "/finalize", json=record_for("r-1")).json()
+    with in_process(create_app(settings)) as client:
+        answer = client.post("/finalize", json=record_for("r-1")).json()
     assert answer["retirable"] is True
 
 
@@ -117,8 +117,8 @@ def test_source_query_selects_the_named_source(
     """`?source=NAME` freezes in that source's directory, not the default's."""
     other_dir = tmp_path / "other"
     settings = make_settings(sources={"other": {"kind": "file", "dir": str(other_dir)}})
-    with running_app(create_app(settings)) as base:
-        answer = httpx.post(base + "/finalize?source=other", json=record_for("r-9")).json()
+    with in_process(create_app(settings)) as client:
+        answer = client.post("/finalize?source=other", json=record_for("r-9")).json()
     assert (answer["source"], FileTokenStore(other_dir).status("r-9")["frozen"]) == ("other", True)
 
 
@@ -137,7 +137,7 @@ def test_zstd_answer_when_asked(client: httpx.Client, write_capture: CaptureWrit
     plain = client.post("/finalize", json=record_for("r-1")).json()
     request = {"json": record_for("r-1"), "headers": {"Accept-Encoding": "zstd"}}
     with client.stream("POST", "/finalize", **request) as response:
-        raw = b"".join(response.iter_raw())  # the bytes on the wire, not decoded by httpx
+        raw = b"".join(response.iter_raw())  # the bytes as the app sent them, not decoded by httpx
     decoded = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
     assert (response.headers["content-encoding"], orjson.loads(decoded)) == ("zstd", plain)
 

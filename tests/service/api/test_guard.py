@@ -1,4 +1,4 @@
-"""The per-run mask-fraction guard (X-Run-Id), through a real uvicorn."""
+"""The per-run mask-fraction guard (X-Run-Id), called in-process."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import httpx
 import pytest
 
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
+from tests.support.asgi import in_process
 from tests.support.captures import record_for
-from tests.support.servers import running_app
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 
-EMPTY = "capture contains no token records"
+EMPTY = "empty_capture"
 
 
 @pytest.fixture
@@ -22,10 +22,7 @@ def guarded(make_settings: SettingsFactory) -> Iterator[httpx.Client]:
     settings = make_settings(
         token_id_capture={"max_mask_fraction": 0.5, "mask_fraction_min_samples": 4}
     )
-    with (
-        running_app(create_app(settings)) as base,
-        httpx.Client(base_url=base, timeout=30.0) as client,
-    ):
+    with in_process(create_app(settings)) as client:
         yield client
 
 
@@ -118,7 +115,7 @@ def test_records_without_a_build_do_not_count(make_settings: SettingsFactory) ->
             "agents": ["someone_else"],
         }
     )
-    with running_app(create_app(settings)) as base, httpx.Client(base_url=base) as client:
+    with in_process(create_app(settings)) as client:
         statuses = [_finalize(client, f"m-{i}", "run-a").status_code for i in range(3)]
     assert statuses == [200, 200, 200]
 

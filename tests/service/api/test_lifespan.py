@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.service.api.conftest import SettingsFactory
+from tests.support.asgi import in_process
 from tests.support.captures import record_for
-from tests.support.servers import running_app
 from token_finalizer import MemoryTokenStore
 from token_finalizer.api import create_app
 
@@ -30,7 +29,7 @@ def test_file_source_is_opened_at_start_up(make_settings: SettingsFactory, tmp_p
     """A configured file source's directory exists once the app is up, before any finalize."""
     directory = tmp_path / "made-at-start-up"
     settings = make_settings(sources={"extra": {"kind": "file", "dir": str(directory)}})
-    with running_app(create_app(settings)):
+    with in_process(create_app(settings)):
         assert directory.is_dir()
 
 
@@ -45,9 +44,9 @@ def test_configured_sources_are_opened_once_and_closed_at_shutdown(
         return opened[-1]
 
     monkeypatch.setattr("token_finalizer.service.registry.open_source", fake_open)
-    with running_app(create_app(make_settings())) as base:
+    with in_process(create_app(make_settings())) as client:
         for _ in range(3):
-            httpx.post(base + "/finalize", json=record_for("r-1"))
+            client.post("/finalize", json=record_for("r-1"))
     assert [store.closed for store in opened] == [1]
 
 
@@ -55,14 +54,14 @@ def test_provided_source_is_used_and_left_open(make_settings: SettingsFactory) -
     """A source passed to create_app serves its name and is not closed by the app."""
     provided = RecordingStore()
     app = create_app(make_settings(), sources={"embedded": provided})
-    with running_app(app) as base:
-        httpx.post(base + "/finalize?source=embedded", json=record_for("r-1"))
+    with in_process(app) as client:
+        client.post("/finalize?source=embedded", json=record_for("r-1"))
     assert (provided.status("r-1")["frozen"], provided.closed) == (True, 0)
 
 
 def test_shutdown_marks_the_app_draining(make_settings: SettingsFactory) -> None:
     """After the lifespan ends the app's state says draining (so /ready would answer 503)."""
     app = create_app(make_settings())
-    with running_app(app):
+    with in_process(app):
         assert app.state.service.draining is False
     assert app.state.service.draining is True

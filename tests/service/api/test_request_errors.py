@@ -1,4 +1,9 @@
-"""Refusals of the request itself: 400, 413, unknown paths; every body is {"error": ...}."""
+"""Refusals of the request itself: 400, 413, unknown paths; every body is {"error": ...}.
+
+Most are called in-process. A Content-Length refused before any body byte, and
+chunked bodies (which an in-process client hands over whole), are sent to a
+real uvicorn server (`small_limit_url`) so the body really arrives in pieces.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,32 @@ import httpx
 import pytest
 
 from tests.service.api.conftest import SettingsFactory
+from tests.support.asgi import in_process
 from tests.support.captures import record_for
 from tests.support.servers import running_app
 from token_finalizer.api import create_app
+from token_finalizer.settings import Settings
 
 LIMIT = 4096
 
 
 @pytest.fixture
-def small_limit_url(make_settings: SettingsFactory) -> Iterator[str]:
-    """A service whose body limit is LIMIT bytes."""
-    with running_app(create_app(make_settings(limits={"max_body_bytes": LIMIT}))) as base:
+def small_limit_settings(make_settings: SettingsFactory) -> Settings:
+    """Settings whose body limit is LIMIT bytes."""
+    return make_settings(limits={"max_body_bytes": LIMIT})
+
+
+@pytest.fixture
+def small_limit_client(small_limit_settings: Settings) -> Iterator[httpx.Client]:
+    """An in-process client of a service whose body limit is LIMIT bytes."""
+    with in_process(create_app(small_limit_settings)) as client:
+        yield client
+
+
+@pytest.fixture
+def small_limit_url(small_limit_settings: Settings) -> Iterator[str]:
+    """A service whose body limit is LIMIT bytes, served by uvicorn on loopback."""
+    with running_app(create_app(small_limit_settings)) as base:
         yield base
 
 
@@ -72,10 +92,10 @@ def test_oversized_content_length_is_refused_before_the_body(small_limit_url: st
     assert answer.startswith(b"HTTP/1.1 413 ")
 
 
-def test_oversized_body_is_413_naming_the_limit(small_limit_url: str) -> None:
+def test_oversized_body_is_413_naming_the_limit(small_limit_client: httpx.Client) -> None:
     """A body over the limit answers 413 naming limits.max_body_bytes."""
     record = record_for("r-1", padding="x" * (2 * LIMIT))
-    response = httpx.post(small_limit_url + "/finalize", json=record)
+    response = small_limit_client.post("/finalize", json=record)
     assert (response.status_code, response.json()) == (
         413,
         {"error": f"request body is larger than limits.max_body_bytes ({LIMIT} bytes)"},
@@ -109,11 +129,11 @@ def test_chunked_body_within_the_limit_is_accepted(small_limit_url: str) -> None
     assert (response.status_code, response.json()["rollout_id"]) == (200, "r-1")
 
 
-def test_body_at_exactly_the_limit_is_accepted(small_limit_url: str) -> None:
+def test_body_at_exactly_the_limit_is_accepted(small_limit_client: httpx.Client) -> None:
     """A body of exactly max_body_bytes is accepted."""
     prefix, suffix = b'{"padding": "', b'"}'
     body = prefix + b"x" * (LIMIT - len(prefix) - len(suffix)) + suffix
-    response = httpx.post(small_limit_url + "/finalize", content=body)
+    response = small_limit_client.post("/finalize", content=body)
     assert (len(body), response.status_code) == (LIMIT, 200)
 
 

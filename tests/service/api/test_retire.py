@@ -1,4 +1,4 @@
-"""POST /retire through a real uvicorn: the round trip, refusals, and bad bodies."""
+"""POST /retire, called in-process: the round trip, refusals, and bad bodies."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
+from tests.support.asgi import in_process
 from tests.support.captures import record_for
-from tests.support.servers import running_app
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 
@@ -96,9 +96,9 @@ def test_retire_uses_the_named_source(make_settings: SettingsFactory, tmp_path: 
             await other.put(entry)
 
     anyio.run(put_all)
-    with running_app(create_app(settings)) as base:
-        answer = httpx.post(base + "/finalize?source=other", json=record_for("r-7")).json()
-        httpx.post(base + "/retire", json=answer)
+    with in_process(create_app(settings)) as client:
+        answer = client.post("/finalize?source=other", json=record_for("r-7")).json()
+        client.post("/retire", json=answer)
     assert other.status("r-7")["retired"] is True
 
 

@@ -172,7 +172,7 @@ def test_delta_depth_does_not_depend_on_entry_order() -> None:
 
 def test_empty_fingerprint_is_root_without_reading_entries() -> None:
     """A request with no model-authored item is a root, even over unreadable entries."""
-    resolution = resolve_lineage([object()], "", FINGERPRINT_VERSION, DIGESTS)  # type: ignore[list-item]
+    resolution = resolve_lineage([object()], "", FINGERPRINT_VERSION, DIGESTS)  # type: ignore[list-item]  # a hostile entry on purpose
     assert resolution == Resolution("root", "", None)
 
 

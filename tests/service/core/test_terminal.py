@@ -85,7 +85,7 @@ def test_attribution_error_keeps_the_declared_flag() -> None:
 
 def test_record_that_is_not_a_mapping_yields_attribution_error() -> None:
     """A malformed record never raises out of attribution."""
-    result = attribute_terminal([], "not a record")  # type: ignore[arg-type]
+    result = attribute_terminal([], "not a record")  # type: ignore[arg-type]  # hostile on purpose
     assert (result.reason, result.declared, result.attributed) == (
         "attribution_error",
         False,

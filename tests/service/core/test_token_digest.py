@@ -152,7 +152,7 @@ def test_ids_above_int64_hash_exactly() -> None:
 def test_float_ids_are_refused() -> None:
     """Non-integer ids are a TypeError, never silently truncated."""
     with pytest.raises(TypeError, match="integers"):
-        token_digest([1, 2.5])  # type: ignore[list-item]
+        token_digest([1, 2.5])  # type: ignore[list-item]  # a wrong type on purpose
 
 
 def test_float_array_is_refused() -> None:

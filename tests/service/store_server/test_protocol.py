@@ -1,7 +1,9 @@
-"""The capture-store server (DESIGN §10) under uvicorn on loopback: every row of the protocol.
+"""The capture-store server (DESIGN §10), called in-process: every row of the protocol.
 
 Each test runs against the server over a file store and over a memory store;
 rollout ids are unique per test, so the servers are shared by the module.
+Paths with a literal `..` segment, which every HTTP client normalizes away,
+are sent byte for byte on a raw socket to a server under uvicorn on loopback.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import orjson
 import pytest
 import zstandard
 
+from tests.support.asgi import in_process, send_exactly
 from tests.support.captures import agent_rollout, make_entry
 from tests.support.servers import running_app
 from token_finalizer import FileTokenStore, MemoryTokenStore
@@ -32,9 +35,8 @@ TOKEN = "store-s3cret"
 
 @dataclass
 class Store:
-    """A running store server, the store behind it, and a client of it."""
+    """The store behind a store server, and an in-process client of that server."""
 
-    url: str
     backend: Any
     directory: Path | None
     http: httpx.Client
@@ -57,19 +59,33 @@ class Store:
 def store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Store]:
-    """A store server over a file store, then over a memory store."""
+    """A store server over a file store, then over a memory store, called in-process."""
     directory = tmp_path_factory.mktemp("served") if request.param == "file" else None
     backend = FileTokenStore(directory) if directory else MemoryTokenStore()
-    with running_app(create_store_app(backend)) as url, httpx.Client(base_url=url) as client:
-        yield Store(url, backend, directory, client)
+    with in_process(create_store_app(backend)) as client:
+        yield Store(backend, directory, client)
+
+
+@pytest.fixture(scope="module", params=["file", "memory"])
+def served_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A store server under uvicorn on loopback (file store, then memory store), for raw bytes."""
+    backend = (
+        FileTokenStore(tmp_path_factory.mktemp("served-raw"))
+        if request.param == "file"
+        else MemoryTokenStore()
+    )
+    with running_app(create_store_app(backend)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
-def guarded_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A store server that requires a bearer token."""
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """An in-process client of a store server that requires a bearer token."""
     backend = FileTokenStore(tmp_path_factory.mktemp("guarded"))
-    with running_app(create_store_app(backend, token=TOKEN)) as url:
-        yield url
+    with in_process(create_store_app(backend, token=TOKEN)) as client:
+        yield client
 
 
 @pytest.fixture
@@ -83,7 +99,7 @@ def entry(rollout_id: str, call_id: str = "c1", generation: list[int] | None = N
 
 
 def raw_request(url: str, method: str, path: str) -> tuple[int, dict]:
-    """Send `path` byte for byte (no client-side normalization of `..`)."""
+    """Send `path` byte for byte to a real server (no client-side normalization of `..`)."""
     parts = urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
     try:
@@ -206,11 +222,9 @@ def test_infinite_log_probs_survive_the_round_trip(store: Store, rid: str) -> No
 def test_body_over_the_limit_is_413(tmp_path: Path, rid: str) -> None:
     """A put body larger than the server's limit answers 413 `{"error"}` naming the limit."""
     app = create_store_app(FileTokenStore(tmp_path), max_body_bytes=1000)
-    with running_app(app) as url:
+    with in_process(app) as client:
         payload = make_entry(rid, "c1", list(range(500)), [1])
-        response = httpx.put(
-            url + f"/ng-rollout/{rid}/training-token-capture/calls/c1", json=payload
-        )
+        response = client.put(f"/ng-rollout/{rid}/training-token-capture/calls/c1", json=payload)
     assert (response.status_code, "1000 bytes" in response.json()["error"]) == (413, True)
 
 
@@ -270,8 +284,8 @@ def test_file_line_stored_twice_is_answered_once(tmp_path: Path, rid: str) -> No
     anyio.run(backend.put, payload)
     jsonl = tmp_path / f"{rid}.tokens.jsonl"
     jsonl.write_bytes(jsonl.read_bytes() * 2)  # the second copy is not yet indexed
-    with running_app(create_store_app(backend)) as url:
-        answer = httpx.post(url + f"/ng-rollout/{rid}/training-token-capture/freeze").json()
+    with in_process(create_store_app(backend)) as client:
+        answer = client.post(f"/ng-rollout/{rid}/training-token-capture/freeze").json()
     assert answer["entries"] == [payload]
 
 
@@ -369,28 +383,29 @@ def test_unsafe_rollout_ids_are_422_naming_the_id(
 ) -> None:
     """Escaped slashes, spaces, non-ASCII and `..` are refused with 422 naming the id."""
     method = "PUT" if operation.startswith("calls") else "POST"
-    status, body = raw_request(
-        store.url, method, f"/ng-rollout/{segment}/training-token-capture/{operation}"
+    response = send_exactly(
+        store.http, method, f"/ng-rollout/{segment}/training-token-capture/{operation}"
     )
-    assert (status, repr(decoded) in body["error"]) == (422, True)
+    assert (response.status_code, repr(decoded) in response.json()["error"]) == (422, True)
 
 
-def test_dot_dot_segment_is_refused(store: Store) -> None:
+def test_dot_dot_segment_is_refused(served_url: str) -> None:
     """A literal `..` rollout segment (sent unnormalized) is refused with 422."""
-    status, body = raw_request(store.url, "POST", "/ng-rollout/../training-token-capture/freeze")
+    status, body = raw_request(served_url, "POST", "/ng-rollout/../training-token-capture/freeze")
     assert (status, "'..'" in body["error"]) == (422, True)
 
 
 def test_unsafe_call_id_is_422(store: Store, rid: str) -> None:
     """A model call id with a space is refused with 422 naming it."""
-    status, body = raw_request(
-        store.url, "PUT", f"/ng-rollout/{rid}/training-token-capture/calls/c%201"
+    response = send_exactly(
+        store.http, "PUT", f"/ng-rollout/{rid}/training-token-capture/calls/c%201"
     )
-    assert (status, "'c 1'" in body["error"]) == (422, True)
+    assert (response.status_code, "'c 1'" in response.json()["error"]) == (422, True)
 
 
 def test_refused_ids_never_reach_the_file_system(tmp_path: Path) -> None:
     """After every kind of unsafe id, nothing was created inside or beside the served directory."""
+    # A real server: the ids include a literal `..`, which only a raw socket sends as is.
     served = tmp_path / "served"
     backend = FileTokenStore(served)
     with running_app(create_store_app(backend)) as url:
@@ -410,24 +425,22 @@ def test_refused_ids_never_reach_the_file_system(tmp_path: Path) -> None:
     [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}],
     ids=["missing", "wrong", "not-bearer"],
 )
-def test_protocol_paths_need_the_token(guarded_url: str, headers: dict) -> None:
+def test_protocol_paths_need_the_token(guarded: httpx.Client, headers: dict) -> None:
     """Without the right bearer token every protocol path answers 401 `{"error"}`."""
-    response = httpx.post(
-        guarded_url + "/ng-rollout/r1/training-token-capture/freeze", headers=headers
-    )
+    response = guarded.post("/ng-rollout/r1/training-token-capture/freeze", headers=headers)
     assert (response.status_code, "error" in response.json()) == (401, True)
     assert response.headers["www-authenticate"] == "Bearer"
 
 
-def test_right_token_is_let_through(guarded_url: str) -> None:
+def test_right_token_is_let_through(guarded: httpx.Client) -> None:
     """The configured bearer token is accepted."""
-    response = httpx.post(
-        guarded_url + "/ng-rollout/r1/training-token-capture/freeze",
+    response = guarded.post(
+        "/ng-rollout/r1/training-token-capture/freeze",
         headers={"Authorization": f"Bearer {TOKEN}"},
     )
     assert response.status_code == 200
 
 
-def test_health_is_open_without_the_token(guarded_url: str) -> None:
+def test_health_is_open_without_the_token(guarded: httpx.Client) -> None:
     """/health answers without a token, for probes."""
-    assert httpx.get(guarded_url + "/health").status_code == 200
+    assert guarded.get("/health").status_code == 200

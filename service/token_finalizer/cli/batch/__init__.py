@@ -38,8 +38,6 @@ from token_finalizer._constants import (
     BATCH_TOKEN_ENV_VAR,
 )
 from token_finalizer.cli.args import positive_int
-from token_finalizer.core.build import error_head
-from token_finalizer.core.rebuild import MaskReason
 
 if TYPE_CHECKING:
     from token_finalizer.cli.batch.targets import BatchTarget
@@ -330,23 +328,11 @@ def _encode(payload: dict[str, Any]) -> bytes:
 
 
 def _mask_reason(build: Any) -> str | None:
-    """The mask reason of a finalize answer's build, read back from its JSON.
-
-    Answers from a service are JSON, not typed builds: the reason is taken
-    from what the build object says, in the order the builder decides it.
-    """
+    """The machine-readable mask reason a finalize answer's build carries."""
     if not isinstance(build, dict) or not build.get("mask_sample"):
         return None
-    if build.get("error"):
-        return error_head(str(build["error"]))
-    metrics = build.get("metrics") or {}
-    if metrics.get("capture_incomplete"):
-        return MaskReason.CAPTURE_INCOMPLETE
-    if build.get("unresolved_retries"):
-        return MaskReason.UNRESOLVED_RETRIES
-    if metrics.get("roots") != 1:
-        return MaskReason.MULTIPLE_ROOTS
-    return MaskReason.MULTIPLE_CHAINS
+    reason = build.get("mask_reason")
+    return reason if isinstance(reason, str) else "unknown"
 
 
 def _answer_line(number: int, answer: dict[str, Any]) -> _Written:

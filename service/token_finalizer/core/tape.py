@@ -1,0 +1,81 @@
+"""A growing token sequence that calls extending each other share.
+
+A delta-encoded rollout stores each call's prompt as the suffix after its
+parent. Rebuilding every full prompt as its own array would cost
+O(calls x context) memory; instead, a run of calls that extend each other
+appends to one buffer, and each call's full sequence is a view of its
+prefix. The big-endian form the token digest hashes is kept alongside, so a
+prefix digest hashes a slice of it without any conversion.
+See docs/records-and-builds.md#delta-prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from token_finalizer.core.token_digest import EMPTY_TOKEN_DIGEST, TOKEN_DIGEST_VERSION
+
+__all__ = ["Tape"]
+
+_DOMAIN = b"nemo-gym-tokens"
+_MIN_CAPACITY = 1024
+_INT64_MAX = 2**63 - 1
+
+Ids = npt.NDArray[np.integer[Any]]
+
+
+class Tape:
+    """An append-only token buffer; `view(n)` is the first n tokens, zero copy."""
+
+    __slots__ = ("_big_endian", "_ids", "length")
+
+    def __init__(self, first: Ids) -> None:
+        capacity = max(_MIN_CAPACITY, 2 * len(first))
+        self._ids = np.empty(capacity, dtype=np.int64)
+        self._big_endian = np.empty(capacity, dtype=">u8")
+        self.length = 0
+        self.append(first)
+
+    def append(self, ids: Ids) -> None:
+        """Add `ids` at the end, growing the buffers geometrically.
+
+        Views handed out before a growth keep the old buffer alive and stay
+        valid: the tokens they show never change.
+        """
+        end = self.length + len(ids)
+        if end > len(self._ids):
+            capacity = max(end, 2 * len(self._ids))
+            grown = np.empty(capacity, dtype=np.int64)
+            grown[: self.length] = self._ids[: self.length]
+            grown_be = np.empty(capacity, dtype=">u8")
+            grown_be[: self.length] = self._big_endian[: self.length]
+            self._ids, self._big_endian = grown, grown_be
+        if len(ids):
+            low, high = int(ids.min()), int(ids.max())
+            if low < 0:
+                raise ValueError(f"token ids must be non-negative, got {low}")
+            if high > _INT64_MAX:  # only uint64 input gets here; int64 would wrap it
+                raise ValueError(f"token ids of a delta chain must be below 2**63, got {high}")
+        self._ids[self.length : end] = ids
+        self._big_endian[self.length : end] = ids
+        self.length = end
+
+    def view(self, length: int) -> Ids:
+        """The first `length` tokens (a read-only view)."""
+        out = self._ids[:length]
+        out.flags.writeable = False
+        return out
+
+    def digest(self, length: int) -> str:
+        """The token digest of the first `length` tokens, hashed straight from the buffer."""
+        if length == 0:
+            return EMPTY_TOKEN_DIGEST
+        hasher = hashlib.sha256(_DOMAIN)
+        hasher.update(struct.pack(">BQ", TOKEN_DIGEST_VERSION, length))
+        hasher.update(self._big_endian[:length].data)  # the buffer itself, no copy
+        return hasher.hexdigest()
