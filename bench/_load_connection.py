@@ -15,7 +15,6 @@ import zstandard
 
 from bench._common import RawResponse, read_response
 from bench._load_rss import serving_process
-from token_finalizer_client._wire import retire_payload
 
 __all__ = ["AnswerSummary", "Connection", "RequestFailed", "read_finalize_answer"]
 
@@ -88,10 +87,11 @@ def read_finalize_answer(body: bytes, content_encoding: str | None) -> AnswerSum
         body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
     answer = orjson.loads(body)
     record = answer.get("record") or {}
-    payload = retire_payload(answer.get("rollout_id"), answer.get("build"), answer.get("source"))
+    # The retire body is the answer's `retire` object, as the client package sends it.
+    payload = answer.get("retire")
     return AnswerSummary(
         rollout_id=answer.get("rollout_id"),
-        retirable=answer.get("retirable") is True,
+        retirable=payload is not None,
         masked=bool(record.get("mask_sample")),
         retire_body=orjson.dumps(payload),
     )

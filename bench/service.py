@@ -51,7 +51,7 @@ def write_small_rollouts(directory: Path, count: int) -> list[str]:
     """`count` small rollouts written as NeMo Gym writers do: one JSONL line per call.
 
     Lines appended outside the store's own `put` are indexed by the first
-    freeze (DESIGN §9), so every request of the benchmark pays that too.
+    freeze (docs/store-protocol.md), so every request of the benchmark pays that too.
     """
     template = agent_rollout(
         "template", calls=SMALL_CALLS, new_tokens_per_turn=SMALL_TOKENS_PER_TURN

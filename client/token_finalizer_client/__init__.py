@@ -11,6 +11,10 @@
 `FinalizerError` subclasses (see `_exceptions` for the tree). `HttpTokenSink`
 is the writer side of a remote capture store, for model servers. This package
 never imports the service, so harnesses and trainers stay light.
+
+Optional, with the `client-fast` extra: orjson parses answers faster when it
+is installed, and `FinalizerClient(url, as_numpy=True)` hands out token
+arrays (numpy) instead of lists.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from token_finalizer_client._exceptions import (
     MaskFractionExceeded,
     NotFoundError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     ServerError,
 )
 from token_finalizer_client._sink import HttpTokenSink
@@ -49,6 +54,7 @@ __all__ = [
     "MaskFractionExceeded",
     "NotFoundError",
     "PayloadTooLargeError",
+    "PermissionDeniedError",
     "Readiness",
     "ServerError",
     "__version__",

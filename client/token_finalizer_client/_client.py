@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import httpx
 
+from token_finalizer_client._compact import load_numpy
 from token_finalizer_client._constants import (
     DEFAULT_CONCURRENCY,
     DEFAULT_CONNECTION_LIMITS,
@@ -59,11 +60,15 @@ class _BaseClient(Generic[_Pool]):
         timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT,
         max_retries: int = DEFAULT_MAX_RETRIES,
         run_id: str | None = None,
+        as_numpy: bool = False,
     ) -> None:
         self._retry = RetryPolicy(max_retries)
         self.max_retries = max_retries
         self.base_url = check_base_url(base_url)
         self.run_id = run_id
+        if as_numpy:
+            load_numpy()  # ImportError now, not at the first answer
+        self.as_numpy = as_numpy
         self._http = self._open_pool(
             base_url=self.base_url,
             headers=default_headers(token, run_id),
@@ -82,6 +87,11 @@ class FinalizerClient(_BaseClient[httpx.Client]):
     jittered exponential backoff; every other error status raises the
     matching `APIStatusError` subclass at once. `run_id` is sent as `X-Run-Id`,
     which is how the service's mask-fraction guard tells runs apart.
+
+    Finalize answers are asked for in the compact token form and expanded
+    into the standard record: token lists by default, or with `as_numpy`
+    numpy arrays whose prompts are views of one shared, read-only int64
+    array (needs numpy: the `client-fast` extra).
     """
 
     def _open_pool(self, **options: Any) -> httpx.Client:
@@ -96,23 +106,22 @@ class FinalizerClient(_BaseClient[httpx.Client]):
         Capture problems are not errors: they come back as a masked record.
         `source` names a configured source; the service's default otherwise.
         """
-        return read_finalized(self._send(finalize_request(record, source)))
+        request = finalize_request(record, source)
+        return read_finalized(self._send(request), as_numpy=self.as_numpy)
 
-    def retire(
-        self,
-        finalized: Finalized | None = None,
-        *,
-        rollout_id: str | None = None,
-        build: dict[str, Any] | None = None,
-        source: str | None = None,
-    ) -> bool:
-        """Retire the capture a finalize consumed (`POST /retire`); True when dropped.
+    def retire(self, finalized: Finalized | Mapping[str, Any] | None) -> bool:
+        """Retire the snapshot a finalize consumed (`POST /retire`); True when dropped.
 
         Call it only once the finalized record is stored durably. Pass the
-        `Finalized`, or `rollout_id=` and `build=` from a stored answer. A
-        `Finalized` that is not retirable returns False without a request.
+        `Finalized`, or a stored answer's `retire` object (or the whole
+        stored answer): only the `retire` object is sent. Without one (None,
+        or a masked or failed result) it returns False without a request.
+        False also when the store moved on since the finalize (409, stale
+        snapshot): nothing was dropped. Repeating a successful retire is
+        True again. A ticket that does not verify raises
+        PermissionDeniedError (403), a malformed one BadRequestError (422).
         """
-        request = retire_request(finalized, rollout_id, build, source)
+        request = retire_request(finalized)
         return False if request is None else read_retired(self._send(request))
 
     def health(self) -> dict[str, Any]:
@@ -154,7 +163,8 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
 
     async def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
         """Finalize one finished rollout record (`POST /finalize`); see `FinalizerClient`."""
-        return read_finalized(await self._send(finalize_request(record, source)))
+        request = finalize_request(record, source)
+        return read_finalized(await self._send(request), as_numpy=self.as_numpy)
 
     async def finalize_iter(
         self,
@@ -218,16 +228,9 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
                 results.append(outcome)
         return results
 
-    async def retire(
-        self,
-        finalized: Finalized | None = None,
-        *,
-        rollout_id: str | None = None,
-        build: dict[str, Any] | None = None,
-        source: str | None = None,
-    ) -> bool:
-        """Retire the capture a finalize consumed (`POST /retire`); see `FinalizerClient`."""
-        request = retire_request(finalized, rollout_id, build, source)
+    async def retire(self, finalized: Finalized | Mapping[str, Any] | None) -> bool:
+        """Retire the snapshot a finalize consumed (`POST /retire`); see `FinalizerClient`."""
+        request = retire_request(finalized)
         return False if request is None else read_retired(await self._send(request))
 
     async def health(self) -> dict[str, Any]:

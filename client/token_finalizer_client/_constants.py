@@ -14,6 +14,9 @@ RETRY_STATUSES = frozenset({502, 503, 504})
 RUN_ID_HEADER = "X-Run-Id"
 # Asked for on every call: large finalize answers shrink ~100x under zstd.
 ACCEPT_ENCODING = "zstd, gzip"
+# Query parameter of every finalize: each prompt as a prefix length of one
+# `context_token_ids`, so the answer grows with the context, not calls x context.
+COMPACT_TOKENS = ("tokens", "compact")
 # finalize_many: calls in flight by default, and how far past the oldest
 # unfinished record it may start (a multiple of the concurrency), which bounds
 # the answers held back waiting for a slow one.

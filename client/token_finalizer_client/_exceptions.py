@@ -5,7 +5,9 @@
     │   └── APITimeoutError         ... because it timed out
     └── APIStatusError              an HTTP answer with an error status (status_code, message, body)
         ├── BadRequestError         400, 422: the request itself is wrong
-        ├── AuthenticationError     401, 403: missing or wrong bearer token
+        ├── AuthenticationError     401: missing or wrong bearer token
+        ├── PermissionDeniedError   403: refused although authenticated (a retire
+        │                              ticket that does not verify)
         ├── NotFoundError           404: unknown source (or path)
         ├── ConflictError           409: a capture store refused a write (conflict, frozen, retired)
         │   └── MaskFractionExceeded   409 from /finalize: the run masks too much
@@ -31,6 +33,7 @@ __all__ = [
     "MaskFractionExceeded",
     "NotFoundError",
     "PayloadTooLargeError",
+    "PermissionDeniedError",
     "ServerError",
     "error_for_status",
 ]
@@ -63,7 +66,11 @@ class BadRequestError(APIStatusError):
 
 
 class AuthenticationError(APIStatusError):
-    """401 or 403: the bearer token is missing or wrong."""
+    """401: the bearer token is missing or wrong."""
+
+
+class PermissionDeniedError(APIStatusError):
+    """403: refused whoever asks, e.g. a retire ticket that was forged or edited."""
 
 
 class NotFoundError(APIStatusError):
@@ -96,7 +103,7 @@ class ServerError(APIStatusError):
 _BY_STATUS: dict[int, type[APIStatusError]] = {
     400: BadRequestError,
     401: AuthenticationError,
-    403: AuthenticationError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,
     413: PayloadTooLargeError,

@@ -1,4 +1,4 @@
-"""`HttpTokenSink`: the writer side of a remote capture store (protocol v1, DESIGN §10).
+"""`HttpTokenSink`: the writer side of a remote capture store (protocol v1, docs/store-protocol.md).
 
 A model server records each call's exact tokens while a rollout runs:
 

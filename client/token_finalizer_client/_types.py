@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from token_finalizer_client._compact import expand_record, load_numpy, plain_record
 from token_finalizer_client._exceptions import FinalizerError
 
 __all__ = ["Finalized", "Readiness"]
@@ -12,12 +13,16 @@ __all__ = ["Finalized", "Readiness"]
 
 @dataclass(frozen=True, slots=True)
 class Finalized:
-    """One `POST /finalize` answer.
+    """One `POST /finalize` answer (answer v2), with its tokens in the standard form.
 
     `record` is the record after finalize (rebuilt `response.output`,
-    `_ng_token_capture`, `mask_sample` when masked); `build` is what finalize
-    returned (None when the record's agent does not take part); `retirable`
-    says whether `retire` may drop the capture once `record` is stored durably.
+    `_ng_token_capture`, `mask_sample` when masked) and holds the only copy of
+    the rebuilt output; `build` is what finalize returned, without the
+    rebuilt response (None when the record's agent does not take part).
+    `retirable` says whether the capture may be dropped once `record` is
+    stored durably, and `retire` is the service's signed permission to do so
+    (`{"rollout_id", "source", "snapshot_id", "version", "ticket"}`, None
+    unless retirable): what `retire()` sends back.
     """
 
     record: dict[str, Any]
@@ -25,32 +30,59 @@ class Finalized:
     rollout_id: str | None
     source: str | None
     retirable: bool
+    retire: dict[str, Any] | None = None
 
     @classmethod
-    def from_answer(cls, answer: Any) -> Finalized:
-        """Read a finalize answer object; FinalizerError when it is not one."""
+    def from_answer(cls, answer: Any, *, as_numpy: bool = False) -> Finalized:
+        """Read a finalize answer object; FinalizerError when it is not a v2 answer.
+
+        A compact answer (`context_token_ids`) is expanded into the standard
+        record; the context itself is not kept. With `as_numpy`, the token
+        lists of the output items become numpy arrays (see `_compact`).
+        """
         if not isinstance(answer, dict) or not isinstance(answer.get("record"), dict):
             raise FinalizerError(
                 "the finalize answer is not an object with a `record` object; "
                 "is the base URL a token-finalizer service?"
             )
+        if "retire" not in answer:
+            raise FinalizerError(
+                "the service answered an old finalize answer (no `retire` key); upgrade the "
+                "token-finalizer service to one that answers finalize v2, which this client needs"
+            )
+        retire = answer["retire"]
+        if retire is not None and not isinstance(retire, dict):
+            raise FinalizerError(
+                f"the finalize answer's `retire` is neither an object nor null: {retire!r:.200}"
+            )
+        if as_numpy:
+            load_numpy()  # the clear ImportError first, even for an answer without tokens
         build = answer.get("build")
         return cls(
-            record=answer["record"],
+            record=expand_record(
+                answer["record"], answer.get("context_token_ids"), as_numpy=as_numpy
+            ),
             build=build if isinstance(build, dict) else None,
             rollout_id=answer.get("rollout_id"),
             source=answer.get("source"),
             retirable=bool(answer.get("retirable")),
+            retire=retire,
         )
 
     def to_answer(self) -> dict[str, Any]:
-        """The answer object again, as the service sent it (for storing as a JSON line)."""
+        """The standard v2 answer object (for storing as a JSON line).
+
+        Plain JSON values only: prompts expanded, no `context_token_ids`,
+        numpy arrays (from `as_numpy`) turned back into lists.
+        `Finalized.from_answer` reads it back, and `retire()` accepts it.
+        """
         return {
             "rollout_id": self.rollout_id,
             "source": self.source,
-            "record": self.record,
+            "record": plain_record(self.record),
             "build": self.build,
             "retirable": self.retirable,
+            "retire": self.retire,
         }
 
     @property

@@ -8,7 +8,7 @@ and errors the same way; the transports only send and sleep.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,11 +16,13 @@ import httpx
 
 from token_finalizer_client._constants import (
     ACCEPT_ENCODING,
+    COMPACT_TOKENS,
     RETRY_STATUSES,
     RUN_ID_HEADER,
     USER_AGENT,
 )
 from token_finalizer_client._exceptions import FinalizerError, error_for_status
+from token_finalizer_client._json import loads
 from token_finalizer_client._types import Finalized, Readiness
 
 __all__ = [
@@ -38,7 +40,7 @@ __all__ = [
     "read_object",
     "read_readiness",
     "read_retired",
-    "retire_payload",
+    "retire_object",
     "retire_request",
 ]
 
@@ -122,19 +124,26 @@ READY_REQUEST = WireRequest("GET", "/ready", retry_statuses=frozenset())
 
 
 def decode_body(response: httpx.Response) -> Any:
-    """The parsed JSON body (httpx already undid zstd), the text when it is not JSON."""
+    """The parsed JSON body (httpx already undid zstd), the text when it is not JSON.
+
+    orjson parses it when installed, the stdlib otherwise (see `_json`).
+    """
     content = response.content
     if not content:
         return None
     try:
-        return json.loads(content)
+        return loads(content)
     except ValueError:
         return response.text
 
 
 def parse_answer(response: httpx.Response) -> Any:
     """The JSON body of a 2xx answer; the matching APIStatusError for any other."""
-    body = decode_body(response)
+    return _successful(response, decode_body(response))
+
+
+def _successful(response: httpx.Response, body: Any) -> Any:
+    """`body` of a 2xx answer, when it is JSON; the matching error otherwise."""
     if not response.is_success:
         raise error_for_status(response.status_code, body)
     if isinstance(body, str):
@@ -156,9 +165,12 @@ def read_object(response: httpx.Response) -> dict[str, Any]:
     return body
 
 
-def finalize_params(source: str | None) -> dict[str, str] | None:
-    """Query parameters of `POST /finalize`."""
-    return None if source is None else {"source": source}
+def finalize_params(source: str | None) -> dict[str, str]:
+    """Query parameters of `POST /finalize`: the source, and always the compact token form."""
+    name, value = COMPACT_TOKENS
+    params = {} if source is None else {"source": source}
+    params[name] = value
+    return params
 
 
 def finalize_request(record: dict[str, Any], source: str | None) -> WireRequest:
@@ -166,35 +178,12 @@ def finalize_request(record: dict[str, Any], source: str | None) -> WireRequest:
     return WireRequest.json("POST", "/finalize", record, params=finalize_params(source))
 
 
-def read_finalized(response: httpx.Response) -> Finalized:
-    """A `/finalize` answer as a `Finalized`; the matching error for any other answer."""
-    return Finalized.from_answer(parse_answer(response))
+def read_finalized(response: httpx.Response, *, as_numpy: bool = False) -> Finalized:
+    """A `/finalize` answer as a `Finalized`; the matching error for any other answer.
 
-
-def retire_payload(
-    rollout_id: str | None, build: dict[str, Any] | None, source: str | None
-) -> dict[str, Any]:
-    """The `POST /retire` body, without the rebuilt tokens.
-
-    The service decides from the build's flags and `_capture_snapshot` alone;
-    sending tens of megabytes of rebuilt tokens back would cost more than the
-    retire itself. The rebuilt response is kept as a stub so that "has a
-    rebuilt response" still holds.
+    The compact token form is expanded here (as numpy arrays with `as_numpy`).
     """
-    payload: dict[str, Any] = {}
-    if rollout_id is not None:
-        payload["rollout_id"] = rollout_id
-    if isinstance(build, dict):
-        slim = dict(build)
-        rebuilt = slim.get("rebuilt_response")
-        if isinstance(rebuilt, dict):
-            slim["rebuilt_response"] = {"id": rebuilt.get("id")}
-        payload["build"] = slim
-    elif build is not None:
-        payload["build"] = build
-    if source is not None:
-        payload["source"] = source
-    return payload
+    return Finalized.from_answer(parse_answer(response), as_numpy=as_numpy)
 
 
 def read_readiness(response: httpx.Response) -> Readiness:
@@ -208,32 +197,54 @@ def read_readiness(response: httpx.Response) -> Readiness:
 
 
 def read_retired(response: httpx.Response) -> bool:
-    """The `retired` flag of a `/retire` answer; the matching error for any other answer."""
-    body = parse_answer(response)
+    """The `retired` flag of a `/retire` answer; the matching error for any other answer.
+
+    A 409 with `"retired": false` is an answer, not an error: the ticket is
+    genuine but the store moved on since (a later write), so nothing was
+    retired and nothing is lost.
+    """
+    body = decode_body(response)
+    if response.status_code == 409 and isinstance(body, dict) and body.get("retired") is False:
+        return False
+    body = _successful(response, body)
     retired = body.get("retired") if isinstance(body, dict) else None
     if not isinstance(retired, bool):
         raise FinalizerError(f"the retire answer is not {{'retired': bool}}: {body!r:.200}")
     return retired
 
 
-def retire_request(
-    finalized: Finalized | None,
-    rollout_id: str | None,
-    build: dict[str, Any] | None,
-    source: str | None,
-) -> WireRequest | None:
-    """`POST /retire` for either calling form; None when there is nothing to retire.
+def retire_object(
+    target: Finalized | Mapping[str, Any] | None,
+) -> Mapping[str, Any] | None:
+    """The `retire` object to post for `target`; None when there is nothing to retire.
 
-    A `Finalized` that is not retirable (masked, failed, no build) is answered
-    False without asking: the service would refuse it anyway.
+    `target` is a `Finalized`, a finalize answer's `retire` object (e.g. read
+    back from a JSON line), a whole v2 answer (a mapping with a `retire` key
+    and no `ticket`, the service's own rule), or None. Any other mapping is
+    sent as it is, and the service judges it.
     """
-    if finalized is not None:
-        if rollout_id is not None or build is not None:
-            raise TypeError("retire() takes a Finalized or rollout_id= and build=, not both")
-        if not isinstance(finalized, Finalized):
-            raise TypeError(f"retire() expects a Finalized, got {type(finalized).__name__}")
-        if not finalized.retirable:
-            return None
-        rollout_id, build = finalized.rollout_id, finalized.build
-        source = finalized.source if source is None else source
-    return WireRequest.json("POST", "/retire", retire_payload(rollout_id, build, source))
+    if isinstance(target, Finalized):
+        return target.retire
+    if target is None:
+        return None
+    if not isinstance(target, Mapping):
+        raise TypeError(
+            "retire() takes a Finalized or the `retire` object of a finalize answer, "
+            f"got {type(target).__name__}"
+        )
+    if "retire" in target and "ticket" not in target:  # a whole answer: send only its object
+        inner = target["retire"]
+        if inner is not None and not isinstance(inner, Mapping):
+            raise TypeError(f"the answer's `retire` is not an object: {inner!r:.200}")
+        return inner
+    return target
+
+
+def retire_request(target: Finalized | Mapping[str, Any] | None) -> WireRequest | None:
+    """`POST /retire` with just the `retire` object; None when there is nothing to retire.
+
+    A `Finalized` (or answer) whose `retire` is null (masked, failed, no
+    build) is answered False without asking: the service would refuse it.
+    """
+    retire = retire_object(target)
+    return None if retire is None else WireRequest.json("POST", "/retire", dict(retire))

@@ -11,6 +11,10 @@ from __future__ import annotations
 # a token field means, and guessing would train on wrong data.
 TOKEN_ENTRY_SCHEMA_VERSION = 1
 
+# Longest rollout or model call id accepted: ids become file names (plus a
+# suffix of at most 25 characters) and Redis keys.
+MAX_ID_LENGTH = 200
+
 # Rounding of the fractions reported in build metrics.
 FRACTION_DIGITS = 4
 
@@ -43,8 +47,15 @@ HTTP_RETRY_MAX_DELAY_S = 2.0
 # 8 MiB an HTTP zstd decoder may insist on (RFC 9659).
 ZSTD_LEVEL = 2
 ZSTD_WINDOW_LOG = 22
+# zstd bodies that do not announce their size are fed to the decoder this many
+# compressed bytes at a time, so the size limit is checked every few MB of output.
+ZSTD_STREAM_INPUT_BYTES = 1024
 # Below this size compression costs more than it saves on loopback and LANs.
 ZSTD_MIN_BYTES = 1024
+# Uncompressed answers of at least this size are streamed in chunks of the
+# second size, so sending one never holds the event loop for a large copy.
+STREAM_MIN_BYTES = 4 * 1024 * 1024
+STREAM_CHUNK_BYTES = 1024 * 1024
 
 # Builds of snapshots with at least this many tokens run in a worker thread so
 # the event loop keeps serving other requests meanwhile.
@@ -54,6 +65,14 @@ BUILD_IN_THREAD_MIN_TOKENS = 200_000
 # Finalizer HTTP service (token_finalizer.api)
 # ---------------------------------------------------------------------------
 
+# Request bodies (records, entries) may nest containers this deep. The JSON
+# encoder stops at 254 levels, and answers wrap records in a few more.
+MAX_JSON_DEPTH = 128
+# Snapshot versions are counters; anything above this is not one (and 2**53 stays
+# exact in every JSON reader).
+MAX_SNAPSHOT_VERSION = 2**53
+# Seconds a 503 (a capture store out of reach) asks clients to wait before retrying.
+RETRY_AFTER_S = 2
 # Runs the mask-fraction guard remembers; the least recently seen is forgotten
 # first, so a service fed endless distinct run ids keeps bounded memory.
 GUARD_MAX_RUNS = 10_000
@@ -84,12 +103,15 @@ FINALIZE_CONCURRENCY = 4
 # A connect that takes longer than this means the store host is gone; reads of
 # a large snapshot still get the source's whole `timeout_s` between bytes.
 HTTP_CONNECT_TIMEOUT_S = 5.0
+# A whole freeze through the http source (every retry, every byte) must finish
+# within this many of the source's `timeout_s`.
+HTTP_DEADLINE_TIMEOUTS = 3
 # Freeze answers of at least this size (and every zstd one) are decoded and
 # parsed in a worker thread: the 5M-token snapshot takes about 0.2 s.
 HTTP_PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
 # Largest decoded answer the http source accepts from a capture store (a zstd
 # body is tiny on the wire; this bounds what it may expand to).
-HTTP_MAX_ANSWER_BYTES = 2 * 1024 * 1024 * 1024
+HTTP_MAX_ANSWER_BYTES = 1024 * 1024 * 1024
 # Largest request body the store server reads (one TokenEntry per PUT; a
 # 100k-token prompt is under 1 MB of JSON).
 STORE_MAX_BODY_BYTES = 64 * 1024 * 1024

@@ -75,11 +75,20 @@ class TokenIdCaptureSettings(_Strict):
 
 
 class SourceSettings(_Strict):
-    kind: Literal["file", "http", "memory"]
+    kind: Literal["file", "http", "memory", "redis"]
     dir: str | None = None
     url: str | None = None
     token: str | None = None
     timeout_s: float = Field(default=DEFAULT_HTTP_TIMEOUT_S, gt=0)
+    # redis only: prefix of every key, and how long retired tombstones and
+    # never-frozen captures nobody writes to are kept (null: forever). The
+    # tombstone default is sources.redis.DEFAULT_RETIRED_TTL_S (7 days).
+    key_prefix: str | None = None
+    retired_ttl_s: float | None = Field(default=7 * 86_400.0, gt=0)
+    abandoned_ttl_s: float | None = Field(default=None, gt=0)
+    # A store that cannot be reached: answer 503 so the harness retries (nothing
+    # was frozen), or mask the record. docs/configuration.md#sources
+    on_unreachable: Literal["retry", "mask"] = "retry"
 
     @model_validator(mode="after")
     def _kind_needs(self) -> SourceSettings:
@@ -90,6 +99,15 @@ class SourceSettings(_Strict):
                 raise ValueError("an http source needs `url`")
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError(f"url {self.url!r} must start with http:// or https://")
+        if self.kind == "redis":
+            # Imported here: only a configured redis source loads redis-py.
+            from token_finalizer.sources.redis import check_key_prefix, check_redis_url
+
+            check_redis_url(self.url)
+            if self.key_prefix is not None:
+                check_key_prefix(self.key_prefix)
+            if self.token is not None:
+                raise ValueError("a redis source takes no `token`; put credentials in `url`")
         if self.token == "":
             raise ValueError("`token` is empty; leave it out for no token")
         return self
@@ -100,6 +118,14 @@ class SourceSettings(_Strict):
             return {"dir": self.dir}
         if self.kind == "http":
             return {"url": self.url, "token": self.token, "timeout_s": self.timeout_s}
+        if self.kind == "redis":
+            return {
+                "url": self.url,
+                "key_prefix": self.key_prefix,
+                "timeout_s": self.timeout_s,
+                "retired_ttl_s": self.retired_ttl_s,
+                "abandoned_ttl_s": self.abandoned_ttl_s,
+            }
         return {}
 
 
@@ -113,6 +139,17 @@ class AuthSettings(_Strict):
                 "an empty bearer token would mean 'no auth' by accident; "
                 "remove auth.bearer_tokens to run without auth"
             )
+        return self
+
+
+class RetireSettings(_Strict):
+    # HMAC key of retire tickets; the same secret on every replica and worker.
+    key: str | None = None
+
+    @model_validator(mode="after")
+    def _no_empty_key(self) -> RetireSettings:
+        if self.key is not None and not self.key:
+            raise ValueError("retire.key is empty; leave it out to use a per-process key")
         return self
 
 
@@ -132,6 +169,7 @@ class Settings(_Strict):
     sources: dict[str, SourceSettings] = Field(default_factory=_default_sources)
     auth: AuthSettings = AuthSettings()
     limits: LimitsSettings = LimitsSettings()
+    retire: RetireSettings = RetireSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -146,6 +184,11 @@ class Settings(_Strict):
                 data.setdefault("default_source", next(iter(sources)))
             data["sources"] = sources
         return data
+
+    def sources_on_unreachable(self, name: str) -> str:
+        """`on_unreachable` of a configured source (sources given in code retry)."""
+        source = self.sources.get(name)
+        return "retry" if source is None else source.on_unreachable
 
     @model_validator(mode="after")
     def _default_exists(self) -> Settings:

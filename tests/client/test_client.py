@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import numpy as np
 import pytest
 
 from tests.client.conftest import Connect, mark_incomplete, settings_for, write_rollout
@@ -71,10 +74,50 @@ def test_finalize_returns_the_rebuilt_record(api: Any, local_store: FileTokenSto
     assert finalized.record["response"]["output"][-1]["generation_token_ids"]
 
 
+def test_retirable_answer_carries_a_retire_object(api: Any, local_store: FileTokenStore) -> None:
+    """A clean finalize answers a `retire` object naming the rollout, source and snapshot."""
+    rollout_id = write_rollout(local_store)
+    retire = api.finalize(record_for(rollout_id)).retire
+    assert retire is not None
+    assert (retire["rollout_id"], retire["source"]) == (rollout_id, "local")
+    assert set(retire) == {"rollout_id", "source", "snapshot_id", "version", "ticket"}
+
+
+def test_build_no_longer_holds_the_rebuilt_response(api: Any, local_store: FileTokenStore) -> None:
+    """The rebuilt output lives once, in the record: the build has no `rebuilt_response`."""
+    rollout_id = write_rollout(local_store)
+    finalized = api.finalize(record_for(rollout_id))
+    assert finalized.build is not None
+    assert "rebuilt_response" not in finalized.build
+
+
+def test_client_record_equals_the_plain_answer(
+    api: Any, service_url: str, local_store: FileTokenStore
+) -> None:
+    """The compact answer, expanded, is the answer the service gives without tokens=compact."""
+    rollout_id = write_rollout(local_store, calls=6, new_tokens_per_turn=50)
+    record = record_for(rollout_id)
+    plain = httpx.post(f"{service_url}/finalize", json=record, timeout=60).json()
+    assert "context_token_ids" not in plain
+    assert api.finalize(record).to_answer() == plain
+
+
+def test_numpy_prompts_of_a_live_answer_share_one_array(
+    connect: Connect, service_url: str, local_store: FileTokenStore
+) -> None:
+    """as_numpy=True on a real multi-call answer: every prompt is a view of one base array."""
+    rollout_id = write_rollout(local_store, calls=5)
+    finalized = connect(service_url, as_numpy=True).finalize(record_for(rollout_id))
+    output = finalized.record["response"]["output"]
+    views = [item["prompt_token_ids"] for item in output if "prompt_token_ids" in item]
+    assert len(views) == 5 and all(isinstance(view, np.ndarray) for view in views)
+    assert len({id(view.base) for view in views}) == 1
+
+
 def test_finalize_of_a_missing_capture_is_masked(api: Any) -> None:
     """A rollout with no capture comes back masked and not retirable, not as an error."""
     finalized = api.finalize(record_for("never-captured"))
-    assert (finalized.masked, finalized.retirable) == (True, False)
+    assert (finalized.masked, finalized.retirable, finalized.retire) == (True, False, None)
     assert finalized.build is not None
     assert finalized.build["error"] == "capture contains no token records"
 
@@ -106,13 +149,20 @@ def test_retire_drops_the_consumed_snapshot(api: Any, local_store: FileTokenStor
     assert local_store.status(rollout_id)["retired"] is True
 
 
-def test_retire_by_rollout_id_and_build(api: Any, other_store: FileTokenStore) -> None:
-    """retire(rollout_id=, build=, source=) retires from a stored answer's fields."""
+def test_retire_by_a_stored_retire_object(api: Any, other_store: FileTokenStore) -> None:
+    """retire(dict) retires from the `retire` object of an answer stored as a JSON line."""
     rollout_id = write_rollout(other_store)
-    answer = api.finalize(record_for(rollout_id), source="other").to_answer()
-    retired = api.retire(rollout_id=answer["rollout_id"], build=answer["build"], source="other")
-    assert retired is True
+    line = json.dumps(api.finalize(record_for(rollout_id), source="other").to_answer())
+    assert api.retire(json.loads(line)["retire"]) is True
     assert other_store.status(rollout_id)["retired"] is True
+
+
+def test_retire_by_a_whole_stored_answer(api: Any, local_store: FileTokenStore) -> None:
+    """retire(answer) of a whole stored answer retires its snapshot."""
+    rollout_id = write_rollout(local_store)
+    answer = json.loads(json.dumps(api.finalize(record_for(rollout_id)).to_answer()))
+    assert api.retire(answer) is True
+    assert local_store.status(rollout_id)["retired"] is True
 
 
 def test_retire_of_a_masked_build_keeps_the_evidence(api: Any, local_store: FileTokenStore) -> None:

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.client.conftest import Connect, settings_for
+from tests.client.conftest import Connect, settings_for, write_rollout
 from tests.support.captures import record_for
 from tests.support.servers import free_port, running_app
+from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer_client import (
     APIConnectionError,
@@ -21,6 +22,7 @@ from token_finalizer_client import (
     MaskFractionExceeded,
     NotFoundError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     ServerError,
 )
 
@@ -73,11 +75,29 @@ def test_body_that_is_not_an_object_is_bad_request(api: Any) -> None:
     assert caught.value.message == "request body must be a JSON object, got a JSON array"
 
 
-def test_retire_without_rollout_id_is_bad_request(api: Any) -> None:
-    """A retire that names no rollout id raises BadRequestError with the 422 status."""
+def test_retire_without_a_ticket_is_bad_request(api: Any, local_store: FileTokenStore) -> None:
+    """A retire object missing its `ticket` raises BadRequestError with the 422 status."""
+    retire = api.finalize(record_for(write_rollout(local_store))).retire
     with pytest.raises(BadRequestError) as caught:
-        api.retire(rollout_id=None, build={"mask_sample": False})
+        api.retire({key: value for key, value in retire.items() if key != "ticket"})
     assert caught.value.status_code == 422
+
+
+def test_forged_ticket_is_permission_denied(api: Any, local_store: FileTokenStore) -> None:
+    """A ticket the service did not sign raises PermissionDeniedError (403); nothing retired."""
+    rollout_id = write_rollout(local_store)
+    retire = api.finalize(record_for(rollout_id)).retire
+    with pytest.raises(PermissionDeniedError) as caught:
+        api.retire({**retire, "ticket": "0" * 64})
+    assert caught.value.status_code == 403
+    assert local_store.status(rollout_id)["retired"] is False
+
+
+def test_edited_retire_object_is_permission_denied(api: Any, local_store: FileTokenStore) -> None:
+    """Changing a signed field (here the version) makes the ticket fail: PermissionDeniedError."""
+    retire = api.finalize(record_for(write_rollout(local_store))).retire
+    with pytest.raises(PermissionDeniedError):
+        api.retire({**retire, "version": retire["version"] + 1})
 
 
 def test_unknown_source_is_not_found(api: Any) -> None:
@@ -130,7 +150,7 @@ def test_server_failure_is_a_server_error(connect: Connect, failing_url: str) ->
 def test_status_errors_share_one_base(connect: Connect, failing_url: str) -> None:
     """Every error answer is an APIStatusError keeping the parsed body."""
     with pytest.raises(APIStatusError) as caught:
-        connect(failing_url).retire(rollout_id="r-1", build={})
+        connect(failing_url).retire({"rollout_id": "r-1", "ticket": "t"})
     assert caught.value.body == {"error": "internal error: RuntimeError"}
 
 

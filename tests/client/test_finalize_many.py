@@ -32,6 +32,21 @@ async def test_results_come_back_in_input_order(
     assert [result.rollout_id for result in results] == ids
 
 
+async def test_finalize_many_hands_out_expanded_records(
+    service_url: str, local_store: FileTokenStore
+) -> None:
+    """Batch results carry standard records: every prompt a list of ids, no context kept."""
+    ids = [await capture_rollout(local_store, calls=3) for _ in range(3)]
+    async with AsyncFinalizerClient(service_url) as client:
+        results = await client.finalize_many([record_for(i) for i in ids], concurrency=2)
+    for result in results:
+        assert isinstance(result, Finalized)
+        output = result.record["response"]["output"]
+        prompts = [item["prompt_token_ids"] for item in output if "prompt_token_ids" in item]
+        assert len(prompts) == 3 and all(isinstance(prompt, list) for prompt in prompts)
+        assert "context_token_ids" not in result.to_answer()
+
+
 async def test_on_result_sees_each_result_in_input_order(service_url: str) -> None:
     """on_result is called with (index, result) for every record, indexes ascending."""
     seen: list[tuple[int, str | None]] = []

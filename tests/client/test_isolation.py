@@ -24,6 +24,18 @@ def test_import_loads_no_server_modules() -> None:
     assert server_side == []
 
 
+def test_import_loads_no_numpy() -> None:
+    """numpy is optional: importing the package (and making a list client) does not load it."""
+    probe = (
+        "import sys, token_finalizer_client as c; c.FinalizerClient('http://x.test').close(); "
+        "print('numpy' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "False"
+
+
 def test_every_public_name_is_exported() -> None:
     """The package root exports the clients, results, the sink and the whole error tree."""
     expected = {
@@ -40,6 +52,7 @@ def test_every_public_name_is_exported() -> None:
         "MaskFractionExceeded",
         "NotFoundError",
         "PayloadTooLargeError",
+        "PermissionDeniedError",
         "ServerError",
     }
     assert expected <= set(token_finalizer_client.__all__)

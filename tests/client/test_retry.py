@@ -16,6 +16,7 @@ import pytest
 import respx
 import stamina
 
+from tests.client.answers import RETIRE
 from tests.client.conftest import Connect
 from tests.support.captures import record_for
 from token_finalizer_client import APIConnectionError, BadRequestError, ServerError
@@ -29,6 +30,7 @@ ANSWER = {
     "record": record_for("r-1"),
     "build": None,
     "retirable": False,
+    "retire": None,
 }
 
 
@@ -118,7 +120,7 @@ def test_retire_is_retried_too(connect: Connect, mock: Any) -> None:
     route = mock.post("/retire").mock(
         side_effect=[httpx.Response(503), httpx.Response(200, json={"retired": True})]
     )
-    assert connect(BASE).retire(rollout_id="r-1", build={"mask_sample": False}) is True
+    assert connect(BASE).retire(RETIRE) is True
     assert route.call_count == 2
 
 

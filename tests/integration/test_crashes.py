@@ -69,9 +69,9 @@ def test_store_killed_mid_stream_keeps_every_acknowledged_put(tmp_path: Path) ->
         )
         with running_app(create_app(settings)) as finalizer:
             answer = httpx.post(f"{finalizer}/finalize", json=record_for("crash-1"), timeout=60)
-    build = answer.json()["build"]
-    assert build["mask_sample"] is False, build
-    delivered = [item["arguments"] for item in build["rebuilt_response"]["output"]]
+    finalized = answer.json()
+    assert finalized["build"]["mask_sample"] is False, finalized["build"]
+    delivered = [item["arguments"] for item in finalized["record"]["response"]["output"]]
     assert len(delivered) >= len(acked)
     state = FileTokenStore(directory).status("crash-1")
     assert set(acked) <= set(state["entry_digests"])
@@ -95,7 +95,12 @@ def test_two_finalizer_processes_agree_on_one_snapshot(tmp_path: Path) -> None:
     asyncio.run(write())
     config = tmp_path / "finalizer.yaml"
     config.write_text(
-        yaml.safe_dump({"sources": {"local": {"kind": "file", "dir": str(directory)}}})
+        yaml.safe_dump(
+            {
+                "sources": {"local": {"kind": "file", "dir": str(directory)}},
+                "retire": {"key": "replicas-share-this"},
+            }
+        )
     )
     ports = [free_port(), free_port()]
     with _serve_process(config, ports[0]), _serve_process(config, ports[1]):
@@ -116,21 +121,16 @@ def test_two_finalizer_processes_agree_on_one_snapshot(tmp_path: Path) -> None:
         first, second = answers
         assert first["build"]["_capture_snapshot"] == second["build"]["_capture_snapshot"]
         assert first["retirable"] and second["retirable"]
+        # One snapshot, one shared key: both processes minted the very same ticket.
+        assert first["retire"] == second["retire"]
 
-        stale = {
-            **second,
-            "build": {
-                **second["build"],
-                "_capture_snapshot": {
-                    **second["build"]["_capture_snapshot"],
-                    "version": second["build"]["_capture_snapshot"]["version"] - 1,
-                },
-            },
-        }
+        other_version = {**second["retire"], "version": second["retire"]["version"] - 1}
         retire = [f"http://127.0.0.1:{port}/retire" for port in ports]
-        assert httpx.post(retire[1], json=stale, timeout=30).json() == {"retired": False}
-        assert httpx.post(retire[0], json=first, timeout=30).json() == {"retired": True}
-        assert httpx.post(retire[1], json=second, timeout=30).json() == {"retired": True}
-        assert httpx.post(retire[1], json=stale, timeout=30).json() == {"retired": False}
+        assert httpx.post(retire[1], json=other_version, timeout=30).status_code == 403
+        assert store.status("shared-1")["retired"] is False
+        # Each process accepts the other's ticket; the second retire finds it done.
+        assert httpx.post(retire[1], json=first, timeout=30).json() == {"retired": True}
+        assert httpx.post(retire[0], json=second, timeout=30).json() == {"retired": True}
+        assert httpx.post(retire[0], json=other_version, timeout=30).status_code == 403
     assert store.status("shared-1")["retired"] is True
     assert not (directory / "shared-1.tokens.jsonl").exists()

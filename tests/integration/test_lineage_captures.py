@@ -65,6 +65,16 @@ def _expected(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: e["model_call_id"])
 
 
+async def _put_through_sink(url: str, entries: list[dict[str, Any]]) -> None:
+    """Write `entries` as a model server does: through the writer sink to the store at `url`."""
+    sink = HttpTokenSink(url=url, timeout=10.0)
+    try:
+        for entry in entries:
+            await sink.put(entry)
+    finally:
+        await sink.close()
+
+
 @pytest.fixture
 def store_server(tmp_path: Path) -> Iterator[tuple[str, FileTokenStore]]:
     """A real store server over a file store."""
@@ -89,12 +99,7 @@ async def test_store_server_round_trips_every_lineage_field(
     """Sink -> store server -> http source: the frozen entries equal what was put."""
     url, _ = store_server
     entries = _rollout("wire-1")
-    sink = HttpTokenSink(url=url, timeout=10.0)
-    try:
-        for entry in entries:
-            await sink.put(entry)
-    finally:
-        await sink.close()
+    await _put_through_sink(url, entries)
     async with HttpTokenSource(url) as source:
         snapshot = await source.freeze("wire-1")
     assert _as_written(snapshot) == _expected(entries)
@@ -106,12 +111,7 @@ async def test_delta_capture_finalizes_unmasked_through_a_real_finalizer(
     """A delta-encoded capture behind a store server comes back as one clean, full-prompt chain."""
     url, _ = store_server
     entries = _rollout("wire-2")
-    sink = HttpTokenSink(url=url, timeout=10.0)
-    try:
-        for entry in entries:
-            await sink.put(entry)
-    finally:
-        await sink.close()
+    await _put_through_sink(url, entries)
     settings = settings_from_mapping({"sources": {"store": {"kind": "http", "url": url}}}, env={})
     full = agent_rollout("wire-2", calls=4, new_tokens_per_turn=30)
     with running_app(create_app(settings)) as finalizer:

@@ -128,19 +128,36 @@ async def test_ready_probes_the_store(finalizer: httpx.AsyncClient) -> None:
     )
 
 
-async def test_unreachable_store_masks_and_ready_fails() -> None:
-    """With the store down, finalize answers a masked, unretirable record and /ready is 503."""
+async def test_unreachable_store_is_503_and_ready_fails() -> None:
+    """With the store down, finalize answers 503 + Retry-After and /ready is 503."""
     settings = settings_from_mapping(
         {"sources": {"gone": {"kind": "http", "url": f"http://127.0.0.1:{free_port()}"}}},
         env={},
     )
     with running_app(create_app(settings)) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60.0) as client:
-            answer = (await client.post("/finalize", json=record_for("lost-1"))).json()
+            answer = await client.post("/finalize", json=record_for("lost-1"))
             ready = await client.get("/ready")
-    assert (answer["build"]["mask_sample"], answer["retirable"]) == (True, False)
-    assert answer["record"]["_ng_token_capture"]["error"].startswith("SourceUnavailable: ")
+    assert (answer.status_code, "Retry-After" in answer.headers) == (503, True)
+    assert answer.json()["source"] == "gone"
     assert (ready.status_code, ready.json()["sources"]["gone"]["reachable"]) == (503, False)
+
+
+async def test_unreachable_store_with_on_unreachable_mask_is_masked() -> None:
+    """With `on_unreachable: mask` the store being down gives a masked, unretirable record."""
+    url = f"http://127.0.0.1:{free_port()}"
+    settings = settings_from_mapping(
+        {"sources": {"gone": {"kind": "http", "url": url, "on_unreachable": "mask"}}}, env={}
+    )
+    with running_app(create_app(settings)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60.0) as client:
+            answer = (await client.post("/finalize", json=record_for("lost-2"))).json()
+    assert (answer["build"]["mask_reason"], answer["retirable"], answer["retire"]) == (
+        "store_unreachable",
+        False,
+        None,
+    )
+    assert answer["record"]["_ng_token_capture"]["error"].startswith("StoreUnreachable: ")
 
 
 # -- the same scenarios through a file source and an http source ---------------------------
@@ -197,10 +214,16 @@ SCENARIOS: dict[str, Callable[[str], list[Step]]] = {
 
 
 def _comparable(answer: dict) -> dict:
-    """Everything but the source name and the snapshot identity (each store mints its own)."""
+    """Everything but the source name and the snapshot identity (each store mints its own).
+
+    The retire ticket signs both, so of it only the rollout and version are compared.
+    """
     build = dict(answer["build"] or {})
     build.pop("_capture_snapshot", None)
-    return {**answer, "source": None, "build": build}
+    retire = answer["retire"]
+    if retire is not None:
+        retire = {"rollout_id": retire["rollout_id"], "version": retire["version"]}
+    return {**answer, "source": None, "build": build, "retire": retire}
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

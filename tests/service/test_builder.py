@@ -1,4 +1,4 @@
-"""Prefix merging (DESIGN §5) through the build it yields (§7)."""
+"""Prefix merging of seed snapshots, through the build it yields."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The seed's delivery API (DESIGN §8)."""
+"""The seed's delivery API (docs/records-and-builds.md#delivery-functions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rollout identity (DESIGN §2) and store-key validation."""
+"""Rollout identity (docs/records-and-builds.md#rollout-identity) and store-key validation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Projection of the main chain into Responses output items (DESIGN §6)."""
+"""Projection of the main chain into Responses output items."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TokenEntry validation and parsing (DESIGN §3)."""
+"""TokenEntry validation and parsing (docs/records-and-builds.md#tokenentry)."""
 
 from __future__ import annotations
 

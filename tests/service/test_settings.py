@@ -1,4 +1,4 @@
-"""The YAML configuration (DESIGN §12): keys, ${VAR}, defaults, and errors naming the key."""
+"""The YAML configuration: keys, ${VAR}, defaults, and errors naming the key."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from token_finalizer.settings import (
     settings_from_mapping,
 )
 
-DESIGN_EXAMPLE = """
+CONFIG_EXAMPLE = """
 token_id_capture:
   enabled: true
   all_agents: false
@@ -35,9 +35,9 @@ ENV = {"CAPTURE_TOKEN": "store-secret", "FINALIZER_TOKEN": "finalizer-secret"}
 
 @pytest.fixture
 def design_file(tmp_path: Path) -> Path:
-    """The configuration example of DESIGN §12 as a file."""
+    """The documented configuration example as a file."""
     path = tmp_path / "finalizer.yaml"
-    path.write_text(DESIGN_EXAMPLE)
+    path.write_text(CONFIG_EXAMPLE)
     return path
 
 

@@ -1,4 +1,4 @@
-"""The finalizer HTTP service (DESIGN §11-§12): `create_app(settings)` builds the ASGI app.
+"""The finalizer HTTP service: `create_app(settings)` builds the ASGI app (docs/finalizer-api.md).
 
 POST /finalize[?source=NAME]  record -> {rollout_id, source, record, build, retirable}
 POST /retire                  {rollout_id, build, source?} -> {retired}

@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from token_finalizer._logging import FIELDS_ATTRIBUTE
 
 __all__ = ["ACCESS_LOGGER", "AccessLogMiddleware", "log_fields"]
 
@@ -90,4 +91,4 @@ class AccessLogMiddleware:
             **fields,
         }
         level = logging.DEBUG if path in _QUIET_PATHS and status < 400 else logging.INFO
-        logger.log(level, "%s", orjson.dumps(line).decode())
+        logger.log(level, "request", extra={FIELDS_ATTRIBUTE: line})

@@ -1,12 +1,8 @@
 """Encoding a finalize answer without re-encoding the same token ids over and over.
 
-A rebuilt agent rollout is mostly prompt token ids, and they are redundant
-twice over:
-
-- each item's `prompt_token_ids` is a prefix of the next item's (the running
-  context), so a 100-call rollout spells its first tokens 100 times;
-- the answer holds the rebuilt output twice: in `record` and in
-  `build.rebuilt_response` (the same list object).
+A rebuilt agent rollout is mostly prompt token ids, and they are redundant:
+each item's `prompt_token_ids` is a prefix of the next item's (the running
+context), so a 100-call rollout spells its first tokens 100 times.
 
 `finalize_answer_pieces` therefore encodes the longest prompt once, cuts every
 other prompt's JSON out of that text (after checking, element by element, that
@@ -98,42 +94,35 @@ def output_pieces(output: list[Any]) -> list[Piece] | None:
     return pieces
 
 
-def _shared_output(payload: Any) -> list[Any] | None:
-    """The rebuilt output when the answer's record and build hold the very same list."""
+def _rebuilt_output(payload: Any) -> list[Any] | None:
+    """The record's output when it holds rebuilt (numpy) prompts."""
     if not isinstance(payload, dict):
         return None
-    record, build = payload.get("record"), payload.get("build")
+    record = payload.get("record")
     response = record.get("response") if isinstance(record, dict) else None
-    rebuilt = build.get("rebuilt_response") if isinstance(build, dict) else None
-    if not isinstance(response, dict) or not isinstance(rebuilt, dict):
-        return None
-    output = rebuilt.get("output")
-    if not isinstance(output, list) or response.get("output") is not output:
-        return None
-    return output
+    output = response.get("output") if isinstance(response, dict) else None
+    return output if isinstance(output, list) else None
 
 
 def finalize_answer_pieces(payload: Any) -> list[Piece] | None:
-    """Pieces joining to `encode_json(payload)` for a finalize answer with a rebuilt output.
+    """Pieces joining to `encode_json(payload)` for a plain finalize answer.
 
-    The shared output is encoded once (prompts cut from one text when they
-    nest, as they do in every rebuilt chain) and spliced into both places.
-    None when the answer has no shared rebuilt output.
+    The rebuilt output's prompts nest (each extends the one before), so they
+    are cut from one encoding of the longest. None when the answer has no
+    output whose prompts can be cut that way (compact answers need no cutting).
     """
-    output = _shared_output(payload)
+    output = _rebuilt_output(payload)
     if output is None:
         return None
-    record, build = payload["record"], payload["build"]
+    encoded_output = output_pieces(output)
+    if encoded_output is None:
+        return None
+    record = payload["record"]
     skeleton = {
         **payload,
         "record": {**record, "response": {**record["response"], "output": SPLICE_MARK}},
-        "build": {
-            **build,
-            "rebuilt_response": {**build["rebuilt_response"], "output": SPLICE_MARK},
-        },
     }
     parts = encode_json(skeleton).split(_ENCODED_MARK)
-    if len(parts) != 3:
+    if len(parts) != 2:
         return None
-    encoded_output = output_pieces(output) or [encode_json(output)]
-    return [parts[0], *encoded_output, parts[1], *encoded_output, parts[2]]
+    return [parts[0], *encoded_output, parts[1]]

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from token_finalizer.service.errors import InvalidRequest, MaskFractionExceeded, UnknownSource
+from token_finalizer.service.errors import (
+    InvalidRequest,
+    MaskFractionExceeded,
+    SourceUnreachable,
+    StaleSnapshot,
+    TicketRejected,
+    UnknownSource,
+)
 from token_finalizer.web.errors import StatusTable, install_error_handlers
 
 __all__ = ["STATUS_OF", "install_api_error_handlers"]
@@ -13,6 +20,9 @@ STATUS_OF: StatusTable = {
     InvalidRequest: 422,
     UnknownSource: 404,
     MaskFractionExceeded: 409,
+    TicketRejected: 403,
+    StaleSnapshot: 409,
+    SourceUnreachable: 503,
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import PlainTextResponse, Response
@@ -18,10 +18,10 @@ from token_finalizer.api.schemas import (
     READY_RESPONSES,
     RETIRE_OPENAPI,
 )
-from token_finalizer.service.finalizing import finalize
+from token_finalizer.service.finalizing import finalize_one
 from token_finalizer.service.metrics import CONTENT_TYPE_LATEST
 from token_finalizer.service.readiness import readiness
-from token_finalizer.service.retiring import retire
+from token_finalizer.service.retiring import retire_one
 from token_finalizer.web.answers import json_response
 from token_finalizer.web.body import read_json_object
 
@@ -41,16 +41,31 @@ async def finalize_endpoint(
     request: Request,
     state: StateDep,
     source: Annotated[str | None, Query(description="A configured source name.")] = None,
+    tokens: Annotated[
+        Literal["plain", "compact"],
+        Query(
+            description="`compact`: the context once in `context_token_ids`, "
+            "prompts as prefix lengths into it (docs/finalizer-api.md)."
+        ),
+    ] = "plain",
     x_run_id: Annotated[
         str | None, Header(description="Run the mask-fraction guard counts this call in.")
     ] = None,
 ) -> Response:
     """POST /finalize: body = the finished record."""
     body = await read_json_object(
-        request, limit=state.settings.limits.max_body_bytes, limit_name="limits.max_body_bytes"
+        request,
+        limit=state.settings.limits.max_body_bytes,
+        limit_name="limits.max_body_bytes",
+        require_json_media_type=True,
     )
-    result = await finalize(
-        state, body.data, source, x_run_id or DEFAULT_RUN_ID, log=log_fields(request)
+    result = await finalize_one(
+        state,
+        body.data,
+        source,
+        x_run_id or DEFAULT_RUN_ID,
+        compact=tokens == "compact",
+        log=log_fields(request),
     )
     return await answer(request, result.answer, large=result.large or body.large)
 
@@ -63,11 +78,14 @@ async def finalize_endpoint(
     openapi_extra=RETIRE_OPENAPI,
 )
 async def retire_endpoint(request: Request, state: StateDep) -> Response:
-    """POST /retire: body = {"rollout_id", "build", "source"?} (a finalize answer works)."""
+    """POST /retire: body = the finalize answer's `retire` object (or the whole answer)."""
     body = await read_json_object(
-        request, limit=state.settings.limits.max_body_bytes, limit_name="limits.max_body_bytes"
+        request,
+        limit=state.settings.limits.max_body_bytes,
+        limit_name="limits.max_body_bytes",
+        require_json_media_type=True,
     )
-    result = await retire(state, body.data, log=log_fields(request))
+    result = await retire_one(state, body.data, log=log_fields(request))
     return await answer(request, result)
 
 

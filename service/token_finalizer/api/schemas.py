@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from token_finalizer._constants import MAX_SNAPSHOT_VERSION
+
 __all__ = [
     "ERROR_RESPONSES",
     "FINALIZE_ERROR_RESPONSES",
@@ -48,25 +50,59 @@ _RECORD = {
 _BUILD = {
     "type": ["object", "null"],
     "description": (
-        "What finalize returned: `rebuilt_response`, `metrics`, `mask_sample`, "
-        "`unresolved_retries`, `_capture_snapshot` {`snapshot_id`, `version`}, and `error` "
+        "What finalize built, without the rebuilt output (it lives in `record`): `builder`, "
+        "`metrics`, `mask_sample`, `mask_reason` when masked, `unresolved_retries`, "
+        "`unresolved_parent_calls`, `_capture_snapshot` {`snapshot_id`, `version`}, and `error` "
         "when the build failed. Null when the record's agent does not take part."
     ),
     "additionalProperties": True,
 }
 
+_RETIRE_TICKET = {
+    "type": "object",
+    "required": ["rollout_id", "source", "snapshot_id", "version", "ticket"],
+    "description": (
+        "Permission to retire exactly this snapshot: `ticket` is an HMAC-SHA256 over the other "
+        "four fields under `retire.key`, so it cannot be edited or forged."
+    ),
+    "properties": {
+        "rollout_id": {
+            "type": "string",
+            # A safe store key: ASCII letters, digits, '.', '_', '-'; not . or ..
+            "pattern": r"^(?!\.\.?$)[A-Za-z0-9._-]+$",
+        },
+        "source": {"type": "string"},
+        "snapshot_id": {"type": "string"},
+        "version": {"type": "integer", "minimum": 0, "maximum": MAX_SNAPSHOT_VERSION},
+        "ticket": {"type": "string"},
+    },
+}
+
 _FINALIZE_ANSWER = {
     "type": "object",
-    "required": ["rollout_id", "source", "record", "build", "retirable"],
+    "required": ["rollout_id", "source", "record", "build", "retirable", "retire"],
     "properties": {
         "rollout_id": {"type": ["string", "null"], "description": "The record's capture key."},
         "source": {"type": "string", "description": "The source that was used."},
-        "record": {"type": "object", "description": "The record after finalize."},
+        "record": {
+            "type": "object",
+            "description": "The record after finalize; it holds the rebuilt output.",
+        },
         "build": _BUILD,
         "retirable": {
             "type": "boolean",
+            "description": "Whether `retire` may drop the consumed snapshot after a durable write.",
+        },
+        "retire": {
+            "oneOf": [_RETIRE_TICKET, {"type": "null"}],
+            "description": "Post this to /retire after the durable write; null: not retirable.",
+        },
+        "context_token_ids": {
+            "type": ["array", "null"],
+            "items": {"type": "integer"},
             "description": (
-                "Whether POST /retire may drop the consumed snapshot after a durable write."
+                "Only with `tokens=compact`: the delivered context, once; every rebuilt item's "
+                "`prompt_token_ids` is then a prefix length into it."
             ),
         },
     },
@@ -84,7 +120,10 @@ _GUARD_REFUSAL = {
 }
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: _error("The body is not valid JSON or not a JSON object."),
+    400: _error(
+        "The body is not valid JSON, not a JSON object, nested too deeply, "
+        "or not sent as application/json."
+    ),
     401: _error("Missing or wrong bearer token (only when tokens are configured)."),
     404: _error("Unknown source name."),
     413: _error("The body is larger than `limits.max_body_bytes`."),
@@ -111,6 +150,10 @@ FINALIZE_OPENAPI: dict[str, Any] = {
         "409": _error(
             "The run (X-Run-Id) crossed token_id_capture.max_mask_fraction.", _GUARD_REFUSAL
         ),
+        "503": _error(
+            "The source could not be reached and nothing was frozen: retry after "
+            "`Retry-After` seconds (sources.<name>.on_unreachable: retry)."
+        ),
     },
 }
 
@@ -120,31 +163,25 @@ RETIRE_OPENAPI: dict[str, Any] = {
         "content": {
             "application/json": {
                 "schema": {
-                    "type": "object",
-                    "required": ["rollout_id", "build"],
-                    "additionalProperties": True,
                     "description": (
-                        "Extra keys are ignored: a whole finalize answer may be posted back."
+                        "The finalize answer's `retire` object, or the whole answer posted back."
                     ),
-                    "properties": {
-                        "rollout_id": {
-                            "type": "string",
-                            # A safe store key: ASCII letters, digits, '.', '_', '-'; not . or ..
-                            "pattern": r"^(?!\.\.?$)[A-Za-z0-9._-]+$",
+                    "oneOf": [
+                        _RETIRE_TICKET,
+                        {
+                            "type": "object",
+                            "required": ["retire"],
+                            "properties": {"retire": _RETIRE_TICKET},
+                            "additionalProperties": True,
                         },
-                        "build": _BUILD,
-                        "source": {
-                            "type": ["string", "null"],
-                            "description": "A configured source; absent or null: sources.default.",
-                        },
-                    },
+                    ],
                 }
             }
         },
     },
     "responses": {
         "200": {
-            "description": "Whether exactly the consumed snapshot was dropped.",
+            "description": "The snapshot the ticket names was dropped (or already had been).",
             "content": {
                 "application/json": {
                     "schema": {
@@ -155,7 +192,17 @@ RETIRE_OPENAPI: dict[str, Any] = {
                 }
             },
         },
-        "422": _error("The body lacks `rollout_id` or `build`, or one of them is malformed."),
+        "403": _error("The ticket does not verify: forged, edited, or signed with another key."),
+        "409": _error(
+            "The store moved on since the finalize (a later write): nothing was retired.",
+            {
+                "type": "object",
+                "required": ["error", "retired"],
+                "properties": {"error": {"type": "string"}, "retired": {"type": "boolean"}},
+            },
+        ),
+        "422": _error("The body is not a retire object, or the answer is not retirable."),
+        "503": _error("The source could not be reached; retry after `Retry-After` seconds."),
     },
 }
 

@@ -55,9 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
         store_commands, "sweep", store.SWEEP_HELP, store.add_sweep_arguments, store.store_sweep
     )
     _command(
-        commands, "finalize", batch.FINALIZE_HELP, batch.add_finalize_arguments, batch.finalize
+        commands,
+        "finalize",
+        batch.FINALIZE_HELP,
+        batch.add_finalize_arguments,
+        batch.finalize_command,
     )
-    _command(commands, "retire", batch.RETIRE_HELP, batch.add_retire_arguments, batch.retire)
+    _command(
+        commands, "retire", batch.RETIRE_HELP, batch.add_retire_arguments, batch.retire_command
+    )
     return parser
 
 

@@ -9,7 +9,6 @@ the configuration path reaches them through $TOKEN_FINALIZER_CONFIG.
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 from pathlib import Path
@@ -63,36 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _log_config() -> dict[str, Any]:
-    """uvicorn's logging plus ours: JSON request lines on stdout, warnings on stderr."""
-    from uvicorn.config import LOGGING_CONFIG
-
-    config = copy.deepcopy(LOGGING_CONFIG)
-    config["formatters"]["request_line"] = {"format": "%(message)s"}
-    config["formatters"]["service"] = {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}
-    config["handlers"]["request_line"] = {
-        "formatter": "request_line",
-        "class": "logging.StreamHandler",
-        "stream": "ext://sys.stdout",
-    }
-    config["handlers"]["service"] = {
-        "formatter": "service",
-        "class": "logging.StreamHandler",
-        "stream": "ext://sys.stderr",
-    }
-    config["loggers"]["token_finalizer"] = {
-        "handlers": ["service"],
-        "level": "INFO",
-        "propagate": False,
-    }
-    config["loggers"]["token_finalizer.access"] = {
-        "handlers": ["request_line"],
-        "level": "INFO",
-        "propagate": False,
-    }
-    return config
-
-
 def serve(args: argparse.Namespace) -> int:
     """Validate the configuration, then serve until SIGTERM/SIGINT."""
     config_path = args.config or os.environ.get(CONFIG_ENV_VAR) or None
@@ -104,7 +73,9 @@ def serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from token_finalizer._logging import logging_config
     from token_finalizer._memory import tune_allocator
+    from token_finalizer.api.access_log import ACCESS_LOGGER
     from token_finalizer.api.app import DRAIN_ENV_VAR
 
     # A long-running server: large answers must give their memory back when freed.
@@ -112,7 +83,7 @@ def serve(args: argparse.Namespace) -> int:
     common: dict[str, Any] = {
         "host": args.host,
         "port": args.port,
-        "log_config": _log_config(),
+        "log_config": logging_config(access_logger=ACCESS_LOGGER),
         # Our middleware logs one structured line per request instead.
         "access_log": False,
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,

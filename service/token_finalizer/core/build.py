@@ -36,6 +36,7 @@ class MaskReason:
     FINALIZE_ERROR = "finalize_error"
     # The store
     FREEZE_FAILED = "freeze_failed"
+    STORE_UNREACHABLE = "store_unreachable"
     CAPTURE_INCOMPLETE = "capture_incomplete"
     EMPTY_CAPTURE = "empty_capture"
     # The builder
@@ -193,12 +194,17 @@ class Build:
             capture["mask_reason"] = self.mask_reason
         return capture
 
-    def to_dict(self) -> dict[str, Any]:
-        """The seed's JSON object for this build (token arrays left as they are)."""
+    def to_dict(self, *, with_response: bool = True) -> dict[str, Any]:
+        """The seed's JSON object for this build (token arrays left as they are).
+
+        `with_response=False` leaves out `rebuilt_response`: the finalize answer
+        carries the rebuilt output once, in its record (docs/finalizer-api.md).
+        """
         if self.kind is BuildKind.REDUNDANT:
             assert self.snapshot is not None
+            redundant: dict[str, Any] = {"rebuilt_response": None} if with_response else {}
             return {
-                "rebuilt_response": None,
+                **redundant,
                 MASK_SAMPLE_KEY: False,
                 REDUNDANT_CAPTURE_KEY: True,
                 CAPTURE_SNAPSHOT_KEY: self.snapshot.to_dict(),
@@ -208,7 +214,8 @@ class Build:
             data["rollout_id"] = self.rollout_id
         if self.builder is not None:
             data["builder"] = self.builder
-        data["rebuilt_response"] = self.rebuilt_response
+        if with_response:
+            data["rebuilt_response"] = self.rebuilt_response
         data["metrics"] = dict(self.metrics)
         data[MASK_SAMPLE_KEY] = self.mask_sample
         if self.mask_reason is not None:

@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 import zstandard
 
-from token_finalizer._constants import ZSTD_LEVEL, ZSTD_WINDOW_LOG
+from token_finalizer._constants import ZSTD_LEVEL, ZSTD_STREAM_INPUT_BYTES, ZSTD_WINDOW_LOG
 
 __all__ = [
     "CodecError",
@@ -79,9 +79,27 @@ def loads_strict_json(data: bytes | bytearray | memoryview | str) -> Any:
         raise ValueError(str(exc)) from None
 
 
+def _as_list(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def encode_json(payload: Any) -> bytes:
-    """Compact JSON with numpy arrays serialized in place (no Python int lists)."""
-    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+    """Compact JSON with numpy arrays serialized in place (no Python int lists).
+
+    orjson refuses integers beyond 64 bits, which a record may carry (a reward
+    of 2**64 + 1): those payloads go through the stdlib, which writes them
+    exactly, so nothing in a record changes on its way through.
+    """
+    try:
+        return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError as exc:
+        if "64-bit" not in str(exc):
+            raise
+        return json.dumps(
+            payload, separators=(",", ":"), ensure_ascii=False, default=_as_list
+        ).encode()
 
 
 def dumps_entry_line(data: Mapping[str, Any]) -> bytes:
@@ -187,9 +205,11 @@ def zstd_compress(pieces: Sequence[Piece]) -> bytes:
 def zstd_decompress(raw: bytes, *, limit: int) -> bytes:
     """Decode a zstd body of at most `limit` bytes once decoded; CodecError otherwise.
 
-    One-shot decompression into a buffer of the size the frame announces is
-    several times faster than a streaming decoder; several frames, or a frame
-    without its size, take the streaming path.
+    A frame that announces its size is decoded in one shot into a buffer of
+    that size (several times faster than streaming), after checking the size
+    against `limit`. Anything else (several frames, no announced size) is
+    streamed in bounded reads and abandoned as soon as it passes `limit`: a
+    hostile peer's small bomb never expands in memory beyond the limit.
     """
     decompressor = zstandard.ZstdDecompressor()
     try:
@@ -200,19 +220,108 @@ def zstd_decompress(raw: bytes, *, limit: int) -> bytes:
             try:
                 return decompressor.decompress(raw, allow_extra_data=False)
             except zstandard.ZstdError:
-                pass  # more than one frame
+                pass  # more than one frame: stream it
         parts: list[bytes] = []
-        total, rest = 0, raw
-        while rest:
-            stream = decompressor.decompressobj()
-            part = stream.decompress(rest)
-            total += len(part)
-            if total > limit:
-                raise CodecError(f"the zstd body decodes to more than {limit} bytes")
-            if not stream.eof:
+        total = 0
+        rest = bytes(raw)
+        while rest:  # one frame per pass
+            frame = decompressor.decompressobj()
+            used = 0
+            while not frame.eof and used < len(rest):
+                # Small input steps bound what one step can expand to (a zstd block
+                # of a few bytes may stand for 128 KiB), so the limit is checked
+                # long before a bomb fills memory.
+                part = frame.decompress(rest[used : used + ZSTD_STREAM_INPUT_BYTES])
+                used += ZSTD_STREAM_INPUT_BYTES
+                total += len(part)
+                if total > limit:
+                    raise CodecError(f"the zstd body decodes to more than {limit} bytes")
+                parts.append(part)
+            if not frame.eof:
                 raise CodecError("the zstd body is truncated")
-            parts.append(part)
-            rest = stream.unused_data
+            rest = frame.unused_data + rest[used:]
         return b"".join(parts)
     except zstandard.ZstdError as exc:
         raise CodecError(f"the zstd body does not decode: {exc}") from None
+
+
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+
+
+def _escaped(text: np.ndarray, quote: int) -> bool:
+    """Whether the quote at `quote` follows an odd run of backslashes."""
+    run = 0
+    while quote - run - 1 >= 0 and text[quote - run - 1] == _BACKSLASH:
+        run += 1
+    return run % 2 == 1
+
+
+def json_depth(data: bytes | bytearray) -> int:
+    """How deeply containers nest in a JSON text, found without parsing it.
+
+    Only the structural characters (quotes and brackets) are looked at, with
+    numpy: a body of token ids is mostly digits and commas, so that is a small
+    set. Quotes after an odd run of backslashes are not string ends; brackets
+    between a string's quotes do not count. The result is only meaningful for
+    valid JSON (it is used before parsing, to refuse bombs).
+    """
+    text = np.frombuffer(data, dtype=np.uint8)
+    structural = np.flatnonzero(
+        (text == _QUOTE)
+        | (text == ord("["))
+        | (text == ord("]"))
+        | (text == ord("{"))
+        | (text == ord("}"))
+    )
+    if not len(structural):
+        return 0
+    chars = text[structural]
+    quotes = chars == _QUOTE
+    preceded = structural[quotes & (structural > 0)]
+    for position in preceded[text[preceded - 1] == _BACKSLASH].tolist():
+        if _escaped(text, position):
+            quotes[np.searchsorted(structural, position)] = False
+    seen_quotes = np.cumsum(quotes)
+    outside = (seen_quotes % 2 == 0) & ~quotes
+    step = np.zeros(len(chars), dtype=np.int32)
+    step[outside & ((chars == ord("[")) | (chars == ord("{")))] = 1
+    step[outside & ((chars == ord("]")) | (chars == ord("}")))] = -1
+    return int(np.cumsum(step).max(initial=0))
+
+
+# orjson reads an integer outside [-2**63, 2**64) as a float, silently. Such a
+# number has at least 19 digits; a text holding a run that long is parsed by
+# the stdlib, which keeps every integer exact (docs/finalizer-api.md#limits).
+_WIDE_INTEGER_DIGITS = 19
+
+
+def has_long_digit_run(data: bytes | bytearray) -> bool:
+    """Whether the text holds 19 or more consecutive digits (an integer orjson may not hold).
+
+    Runs are found by doubling: `runs[i]` says whether a run of the current
+    length starts at i, and two overlapping runs make a longer one, so five
+    vectorized ANDs answer for length 20 without looking at each number.
+    """
+    text = np.frombuffer(data, dtype=np.uint8)
+    runs = (text >= ord("0")) & (text <= ord("9"))
+    for shift in (1, 2, 4, 8):  # lengths 2, 4, 8, 16
+        runs = runs[:-shift] & runs[shift:]
+        if not runs.any():
+            return False
+    return bool((runs[:-3] & runs[3:]).any())  # 16 and 16 three apart = 19
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads_exact_json(data: bytes | bytearray, *, allow_non_finite: bool = False) -> Any:
+    """Parse JSON keeping every integer exact, at orjson speed when no integer is wide."""
+    if not has_long_digit_run(data):
+        return loads_json(data) if allow_non_finite else loads_strict_json(data)
+    try:
+        if allow_non_finite:
+            return json.loads(data)
+        return json.loads(data, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None

@@ -21,7 +21,7 @@ import numpy as np
 from token_finalizer._constants import BUILD_IN_THREAD_MIN_TOKENS
 from token_finalizer.core.build import MASK_SAMPLE_KEY, REDUNDANT_CAPTURE_KEY, Build, MaskReason
 from token_finalizer.core.entries import Snapshot
-from token_finalizer.core.errors import InvalidRolloutId
+from token_finalizer.core.errors import InvalidRolloutId, StoreUnreachable, describe_exception
 from token_finalizer.core.identity import rollout_id_of
 from token_finalizer.core.protocols import TokenSource
 from token_finalizer.core.rebuild import BUILDER_NAME, rebuild_snapshot
@@ -42,10 +42,6 @@ TOKEN_CAPTURE_KEY = "_ng_token_capture"
 _REDUNDANT_CAPTURE_KEY = REDUNDANT_CAPTURE_KEY
 
 logger = logging.getLogger(__name__)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _unusable(result: dict[str, Any], error: str, message: str) -> dict[str, Any]:
@@ -126,16 +122,24 @@ def _record_model(result: dict[str, Any]) -> str:
 
 
 async def _build(
-    result: dict[str, Any], rollout_id: str, source: TokenSource, *, terminal_attribution: bool
+    result: dict[str, Any],
+    rollout_id: str,
+    source: TokenSource,
+    *,
+    terminal_attribution: bool,
+    raise_unreachable: bool,
 ) -> Build:
     try:
         snapshot: Snapshot = await source.freeze(rollout_id)
     except Exception as exc:
-        logger.warning("freeze of rollout %s failed: %s", rollout_id, _describe(exc))
+        unreachable = isinstance(exc, StoreUnreachable)
+        if unreachable and raise_unreachable:
+            raise
+        logger.warning("freeze of rollout %s failed: %s", rollout_id, describe_exception(exc))
         return Build.failed(
             rollout_id,
-            _describe(exc),
-            mask_reason=MaskReason.FREEZE_FAILED,
+            describe_exception(exc),
+            mask_reason=MaskReason.STORE_UNREACHABLE if unreachable else MaskReason.FREEZE_FAILED,
             metrics={"n_calls": 0},
             builder=BUILDER_NAME,
         )
@@ -155,15 +159,22 @@ async def _build(
 
 
 async def finalize_record(
-    result: dict[str, Any], source: TokenSource | None, *, terminal_attribution: bool = True
+    result: dict[str, Any],
+    source: TokenSource | None,
+    *,
+    terminal_attribution: bool = True,
+    raise_unreachable: bool = False,
 ) -> Build | None:
     """Finalize one record in place and return its typed Build (None without a source).
 
     `terminal_attribution=False` builds by the chain rules alone (docs/configuration.md).
+    `raise_unreachable=True` lets StoreUnreachable through instead of masking: the
+    store was not reached, nothing was frozen, and the caller may try again later
+    (the service answers 503; docs/finalizer-api.md#unreachable-stores).
 
     Token fields stay numpy arrays: the service serializes them directly
     (orjson), which avoids turning millions of ids into Python ints only to
-    encode them again. Never raises; never retires.
+    encode them again. Never raises (but StoreUnreachable when asked); never retires.
     """
     if source is None:
         return None
@@ -174,7 +185,7 @@ async def finalize_record(
         return _mark_unusable(result, error, error, MaskReason.MALFORMED_ROLLOUT_ID)
     try:
         if rollout_carries_token_ids(result):
-            return await _redundant_capture(rollout_id, source)
+            return await _redundant_capture(rollout_id, source, raise_unreachable)
         if rollout_id is None:
             return _mark_unusable(
                 result,
@@ -182,17 +193,30 @@ async def finalize_record(
                 "rollout record names no rollout id; masking it",
                 MaskReason.NO_CAPTURE_KEY,
             )
-        build = await _build(result, rollout_id, source, terminal_attribution=terminal_attribution)
+        build = await _build(
+            result,
+            rollout_id,
+            source,
+            terminal_attribution=terminal_attribution,
+            raise_unreachable=raise_unreachable,
+        )
         _apply(result, build)
         return build
+    except StoreUnreachable:
+        raise  # only ever raised here when the caller asked for it
     except Exception as exc:
         logger.exception("finalize of rollout %s failed unexpectedly", rollout_id)
         return _mark_unusable(
-            result, _describe(exc), f"finalize failed: {_describe(exc)}", MaskReason.FINALIZE_ERROR
+            result,
+            describe_exception(exc),
+            f"finalize failed: {describe_exception(exc)}",
+            MaskReason.FINALIZE_ERROR,
         )
 
 
-async def _redundant_capture(rollout_id: str | None, source: TokenSource) -> Build | None:
+async def _redundant_capture(
+    rollout_id: str | None, source: TokenSource, raise_unreachable: bool
+) -> Build | None:
     """Freeze the capture of a record that already carries its own token ids.
 
     The record stays as it is; the frozen capture is handed back only so that
@@ -203,7 +227,9 @@ async def _redundant_capture(rollout_id: str | None, source: TokenSource) -> Bui
     try:
         snapshot = await source.freeze(rollout_id)
     except Exception as exc:
-        logger.warning("freeze of redundant capture %s failed: %s", rollout_id, _describe(exc))
+        logger.warning(
+            "freeze of redundant capture %s failed: %s", rollout_id, describe_exception(exc)
+        )
         return None
     return Build.redundant_capture(snapshot)
 
@@ -256,5 +282,5 @@ async def retire_rollout_token_capture(
             )
         )
     except Exception as exc:
-        logger.warning("retire of rollout %s failed: %s", rollout_id, _describe(exc))
+        logger.warning("retire of rollout %s failed: %s", rollout_id, describe_exception(exc))
         return False

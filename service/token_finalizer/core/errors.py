@@ -8,6 +8,8 @@
     ├── CaptureRetired              a freeze or write after the snapshot was retired
     ├── CaptureCorrupt              a store whose files cannot be trusted any more
     └── SourceUnavailable           a remote store that cannot be reached or answers nonsense
+        └── StoreUnreachable        no usable answer at all (refused, timed out, 502/503/504):
+                                    nothing changed in the store, so the call may be repeated
 
 The finalize path never lets these escape: they become masked records whose
 `error` is ``"<ExceptionType>: <message>"``. Writers see them raised.
@@ -23,8 +25,15 @@ __all__ = [
     "CaptureRetired",
     "InvalidRolloutId",
     "SourceUnavailable",
+    "StoreUnreachable",
     "TokenEntryError",
+    "describe_exception",
 ]
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`"<ExceptionType>: <message>"`, the form build errors take (the type alone if no message)."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class CaptureError(Exception):
@@ -57,3 +66,7 @@ class CaptureCorrupt(CaptureError):
 
 class SourceUnavailable(CaptureError):
     """A remote capture store that is unreachable or answered something unusable."""
+
+
+class StoreUnreachable(SourceUnavailable):
+    """No usable answer came back: the store was not reached, or said it cannot serve now."""

@@ -1,4 +1,4 @@
-"""Conversation fingerprints, version 2 (DESIGN §16), bit-exact with NeMo Gym 0.7.
+"""Conversation fingerprints, version 2, bit-exact with NeMo Gym 0.7 (docs/records-and-builds.md).
 
 Two hashes over request/response items of any serving dialect (Chat messages,
 Responses items, Anthropic content blocks):
@@ -52,7 +52,7 @@ _ToolCall = tuple[bytes, bytes, bytes]
 
 
 class FingerprintError(ValueError):
-    """The items cannot be fingerprinted: not JSON objects, or a shape §16 does not define."""
+    """The items cannot be fingerprinted: not JSON objects, or a shape the rules do not define."""
 
 
 def canonical_json(value: Any) -> bytes:

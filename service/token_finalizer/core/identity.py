@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from token_finalizer._constants import MAX_ID_LENGTH
 from token_finalizer.core.errors import InvalidRolloutId
 
 __all__ = ["check_store_id", "rollout_id_of"]
@@ -25,8 +26,16 @@ def check_store_id(value: object, *, what: str = "rollout id") -> str:
     percent-escapes, spaces, NUL and non-ASCII never reach the file system.
     """
     if not isinstance(value, str) or not _STORE_ID.fullmatch(value) or value in {".", ".."}:
+        shown = value
+        if isinstance(value, str) and len(value) > MAX_ID_LENGTH:
+            shown = f"{value[:MAX_ID_LENGTH]}..."
         raise InvalidRolloutId(
-            f"{what} {value!r} must be a non-empty string of ASCII letters, digits, '.', '_' or '-'"
+            f"{what} {shown!r} must be a non-empty string of ASCII letters, digits, '.', '_' or '-'"
+        )
+    if len(value) > MAX_ID_LENGTH:
+        # Ids become file names (with suffixes) and key names: bounded, and named in docs.
+        raise InvalidRolloutId(
+            f"{what} is {len(value)} characters long; at most {MAX_ID_LENGTH} are accepted"
         )
     return value
 

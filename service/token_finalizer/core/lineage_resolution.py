@@ -1,4 +1,4 @@
-"""Lineage resolution (DESIGN §16-17): which committed call does a new request continue?
+"""Lineage resolution: which committed call a new request continues (docs/records-and-builds.md).
 
 The request is described in its wire form: the assistant fingerprint of its
 items and ``context_digests`` = [conversation_digest(items[:k]) for k in 0..n].

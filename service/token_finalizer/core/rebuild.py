@@ -44,7 +44,7 @@ EMPTY_CAPTURE_ERROR = "capture contains no token records"
 
 
 def is_lineage_snapshot(entries: Sequence[TokenEntry]) -> bool:
-    """Whether any entry carries a 0.7 parent decision (else §5 prefix merging alone applies)."""
+    """Whether any entry carries a 0.7 parent decision (else prefix merging alone applies)."""
     return any(entry.lineage.stamped for entry in entries)
 
 

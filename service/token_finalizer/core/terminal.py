@@ -1,4 +1,4 @@
-"""Terminal attribution (DESIGN §15): which captured call produced the scored response.
+"""Terminal attribution: which captured call produced the scored response.
 
 The record names the kept call in up to four independent ways. Each witness
 either names one call or abstains with a reason; the verdict attributes only
@@ -70,7 +70,7 @@ class TerminalAttribution:
     """The attributed call (or None), the winning method, and the reason trail.
 
     ``declared`` records that the record declared a terminal response id: the
-    §14 mask rule treats that like an attribution even when it failed.
+    mask rule (docs/records-and-builds.md#mask-rules) treats that like an attribution.
     """
 
     method: str

@@ -1,4 +1,4 @@
-"""Token digest, version 1 (DESIGN §14): the hash that names an exact token sequence.
+"""Token digest, version 1: the hash that names an exact token sequence.
 
 Lineage records carry the digest of each call's cumulative sequence, and the
 builder checks a claimed parent by hashing a prefix of the child's prompt, so

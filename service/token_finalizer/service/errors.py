@@ -3,7 +3,10 @@
     ServiceError                 base
     ├── InvalidRequest           a request body the operation cannot use (a retire without an id...)
     ├── UnknownSource            a source name that is not configured
-    └── MaskFractionExceeded     the run crossed `token_id_capture.max_mask_fraction`
+    ├── MaskFractionExceeded     the run crossed `token_id_capture.max_mask_fraction`
+    ├── TicketRejected           a retire ticket that does not verify (forged or edited)
+    ├── StaleSnapshot            a valid ticket for a snapshot the store no longer holds
+    └── SourceUnreachable        a store that could not be reached: retry later
 
 The HTTP API maps each class to a status in one table (`api/errors.py`); the
 batch command line maps them to line outcomes and exit codes in another.
@@ -14,7 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["InvalidRequest", "MaskFractionExceeded", "ServiceError", "UnknownSource"]
+__all__ = [
+    "InvalidRequest",
+    "MaskFractionExceeded",
+    "ServiceError",
+    "SourceUnreachable",
+    "StaleSnapshot",
+    "TicketRejected",
+    "UnknownSource",
+]
 
 
 class ServiceError(Exception):
@@ -36,3 +47,15 @@ class UnknownSource(ServiceError):
 
 class MaskFractionExceeded(ServiceError):
     """The run masked more than its allowed fraction; details: finalized, masked, reasons."""
+
+
+class TicketRejected(ServiceError):
+    """A retire ticket that this service's key did not sign: nothing is retired."""
+
+
+class StaleSnapshot(ServiceError):
+    """The ticket is genuine, but the store moved on (a later write): nothing is retired."""
+
+
+class SourceUnreachable(ServiceError):
+    """The source could not be reached before anything changed there: safe to retry."""

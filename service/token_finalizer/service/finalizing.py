@@ -13,13 +13,14 @@ from typing import Any
 
 from token_finalizer._constants import ENCODE_IN_THREAD_MIN_TOKENS
 from token_finalizer.core.build import Build
+from token_finalizer.core.compact_tokens import compact_output
 from token_finalizer.core.delivery import finalize_record
-from token_finalizer.core.errors import InvalidRolloutId
+from token_finalizer.core.errors import InvalidRolloutId, StoreUnreachable
 from token_finalizer.core.identity import rollout_id_of
-from token_finalizer.service.errors import MaskFractionExceeded
+from token_finalizer.service.errors import MaskFractionExceeded, SourceUnreachable
 from token_finalizer.service.state import ServiceState
 
-__all__ = ["FinalizeResult", "finalize"]
+__all__ = ["FinalizeResult", "finalize_one"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,16 +61,19 @@ def _guarded(
         raise
 
 
-async def finalize(
+async def finalize_one(
     state: ServiceState,
     record: dict[str, Any],
     source_name: str | None,
     run_id: str,
     *,
+    compact: bool = False,
     log: dict[str, Any] | None = None,
 ) -> FinalizeResult:
-    """Finalize one record through the named source.
+    """Finalize one record through the named source; the answer object (v2).
 
+    With `compact`, the answer carries the delivered context once
+    (`context_token_ids`) and prompts as prefix lengths into it.
     Raises UnknownSource, or MaskFractionExceeded when the run's guard trips.
 
     `log` receives the request-log fields (rollout id, source, outcome) as they become known.
@@ -82,10 +86,23 @@ async def finalize(
     _guarded(state, log, state.guard.check, run_id)
     capture = state.settings.token_id_capture
     if capture.takes_part(record):
-        async with state.finalize_slots:
-            build = await finalize_record(
-                record, source, terminal_attribution=capture.terminal_attribution
-            )
+        retry = state.settings.sources_on_unreachable(source.name) == "retry"
+        async with state.finalize_slots(source.name):
+            try:
+                build = await finalize_record(
+                    record,
+                    source,
+                    terminal_attribution=capture.terminal_attribution,
+                    raise_unreachable=retry,
+                )
+            except StoreUnreachable as exc:
+                state.metrics.finalize.labels(source.name, "unreachable").inc()
+                log["outcome"] = "unreachable"
+                raise SourceUnreachable(
+                    f"source {source.name!r} could not be reached or did not finish answering; "
+                    f"retrying is safe (a second freeze gives the same snapshot): {exc}",
+                    source=source.name,
+                ) from None
     else:
         build = None
     outcome = _outcome(build)
@@ -95,12 +112,42 @@ async def finalize(
         state.metrics.mask_reasons.labels(source.name, build.mask_reason).inc()
     # The crossing call's build has happened and is counted; its answer is the 409.
     _guarded(state, log, state.guard.observe, run_id, build)
-    answer = {
-        "rollout_id": rollout_id,
-        "source": source.name,
-        "record": record,
-        "build": None if build is None else build.to_dict(),
-        "retirable": build is not None and build.retirable,
-    }
+    answer = _answer(state, record, build, rollout_id, source.name, compact=compact)
     token_count = 0 if build is None else build.token_count
     return FinalizeResult(answer=answer, outcome=outcome, token_count=token_count)
+
+
+def _answer(
+    state: ServiceState,
+    record: dict[str, Any],
+    build: Build | None,
+    rollout_id: str | None,
+    source: str,
+    *,
+    compact: bool,
+) -> dict[str, Any]:
+    retire = None
+    if build is not None and build.retirable and build.snapshot is not None and rollout_id:
+        retire = state.tickets.issue(
+            rollout_id, source, build.snapshot.snapshot_id, build.snapshot.version
+        )
+    answer: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "source": source,
+        "record": record,
+        "build": None if build is None else build.to_dict(with_response=False),
+        "retirable": retire is not None,
+        "retire": retire,
+    }
+    if compact:
+        answer["context_token_ids"] = None
+        response = record.get("response")
+        output = response.get("output") if isinstance(response, dict) else None
+        compacted = (
+            compact_output(output) if build is not None and isinstance(output, list) else None
+        )
+        if compacted is not None and isinstance(response, dict):
+            answer["context_token_ids"], compact_items = compacted
+            # The record is the caller's: answer a copy whose output holds the lengths.
+            answer["record"] = {**record, "response": {**response, "output": compact_items}}
+    return answer

@@ -1,4 +1,4 @@
-"""The per-run mask-fraction guard (DESIGN §12).
+"""The per-run mask-fraction guard (docs/configuration.md).
 
 A harness whose captures mostly fail keeps producing masked, token-less
 records; the guard stops it. Per run (the `X-Run-Id` header, a default run

@@ -43,7 +43,7 @@ class ServiceMetrics:
         )
         self.retire = Counter(
             "token_finalizer_retire",
-            "Retire calls by source and outcome (retired, not_retired, not_retirable).",
+            "Retire calls by source and outcome (retired, stale, failed).",
             ["source", "outcome"],
             registry=self.registry,
         )

@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 
 from token_finalizer._constants import READY_PING_TIMEOUT_S
 from token_finalizer.core.entries import Snapshot
+from token_finalizer.core.errors import describe_exception
 from token_finalizer.core.protocols import TokenSource
+from token_finalizer.core.redaction import redact
 from token_finalizer.service.errors import UnknownSource
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import Settings
@@ -129,7 +131,7 @@ class SourceRegistry:
             except TimeoutError:
                 return {"reachable": False, "error": f"no answer in {READY_PING_TIMEOUT_S}s"}
             except Exception as exc:
-                return {"reachable": False, "error": f"{type(exc).__name__}: {exc}"}
+                return {"reachable": False, "error": redact(describe_exception(exc))}
             return {"reachable": True}
 
         names = self.names

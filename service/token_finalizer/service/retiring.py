@@ -1,66 +1,101 @@
-"""The service layer of POST /retire: validate the body, resolve the source, drop.
+"""The service layer of POST /retire: verify the ticket, resolve the source, drop.
 
-The body may be a whole finalize answer posted back: only `rollout_id`,
-`build` and the optional `source` are read.
+The body is the finalize answer's `retire` object, or the whole answer posted
+back (its `retire` key is read). Only a ticket this service's key signed
+retires anything, and only the exact snapshot it names: a caller cannot make
+a masked build (evidence) retirable by editing what it posts.
+See docs/finalizer-api.md#retire.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from token_finalizer.core.delivery import capture_build_can_retire, retire_rollout_token_capture
-from token_finalizer.core.errors import InvalidRolloutId
+from token_finalizer.core.errors import InvalidRolloutId, StoreUnreachable, describe_exception
 from token_finalizer.core.identity import check_store_id
-from token_finalizer.service.errors import InvalidRequest
+from token_finalizer.service.errors import (
+    InvalidRequest,
+    SourceUnreachable,
+    StaleSnapshot,
+    TicketRejected,
+)
 from token_finalizer.service.state import ServiceState
+from token_finalizer.service.tickets import RetireTicket
 
-__all__ = ["retire"]
+__all__ = ["retire_one", "retire_ticket", "ticket_body"]
 
-
-def _rollout_id(body: dict[str, Any]) -> str:
-    if body.get("rollout_id") is None:
-        raise InvalidRequest("retire body needs `rollout_id` (the id finalize answered)")
-    try:
-        return check_store_id(body["rollout_id"])
-    except InvalidRolloutId as exc:
-        raise InvalidRequest(f"retire body: {exc}") from None
+# Drop failures that mean "the store is out of reach now": worth a 503 and a retry.
+# (A source plugged in from code may raise the builtin ones.)
+_UNREACHABLE = (StoreUnreachable, ConnectionError, TimeoutError)
 
 
-def _build(body: dict[str, Any]) -> dict[str, Any] | None:
-    if "build" not in body:
-        raise InvalidRequest("retire body needs `build` (the build finalize answered)")
-    build = body["build"]
-    if build is not None and not isinstance(build, dict):
-        raise InvalidRequest("retire body: `build` must be a JSON object or null")
-    return build
+def ticket_body(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    if "retire" in body and "ticket" not in body:  # a whole finalize answer
+        ticket = body["retire"]
+        if ticket is None:
+            raise InvalidRequest(
+                "this finalize answer is not retirable (its build is masked, failed or absent): "
+                "its capture stays in the store as evidence"
+            )
+        if not isinstance(ticket, Mapping):
+            raise InvalidRequest("retire: `retire` must be the object finalize answered")
+        return ticket
+    return body
 
 
-def _source_name(body: dict[str, Any]) -> str | None:
-    name = body.get("source")
-    if name is not None and not isinstance(name, str):
-        raise InvalidRequest("retire body: `source` must be a string naming a configured source")
-    return name
-
-
-async def retire(
-    state: ServiceState, body: dict[str, Any], *, log: dict[str, Any] | None = None
+async def retire_one(
+    state: ServiceState, body: Mapping[str, Any], *, log: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Retire the snapshot a build consumed: `{"retired": bool}`; InvalidRequest / UnknownSource.
+    """Drop the snapshot a verified ticket names: `{"retired": true}`.
 
-    `log` receives the request-log fields (rollout id, source, outcome) as they become known.
+    Raises InvalidRequest (malformed), TicketRejected (not signed by our key),
+    UnknownSource, StaleSnapshot (the store moved on; nothing retired) and
+    SourceUnreachable. `log` receives the request-log fields as they become known.
     """
     log = {} if log is None else log
-    rollout_id = _rollout_id(body)
+    try:
+        ticket = state.tickets.verify(ticket_body(body))
+    except TicketRejected:
+        log["outcome"] = "rejected"
+        raise
+    return await retire_ticket(state, ticket, log=log)
+
+
+async def retire_ticket(
+    state: ServiceState, ticket: RetireTicket, *, log: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """`retire_one` for a ticket already verified (or trusted by a caller holding the store)."""
+    log = {} if log is None else log
+    try:
+        rollout_id = check_store_id(ticket.rollout_id)
+    except InvalidRolloutId as exc:
+        raise InvalidRequest(f"retire: {exc}") from None
     log["rollout_id"] = rollout_id
-    build = _build(body)
-    source = state.sources.resolve(_source_name(body))
+    source = state.sources.resolve(ticket.source)
     log["source"] = source.name
-    if not capture_build_can_retire(build):
-        outcome = "not_retirable"
-        retired = False
-    else:
-        retired = await retire_rollout_token_capture(rollout_id, source, build)
-        outcome = "retired" if retired else "not_retired"
+    try:
+        dropped = await source.drop(
+            rollout_id, snapshot_id=ticket.snapshot_id, version=ticket.version
+        )
+    except Exception as exc:
+        state.metrics.retire.labels(source.name, "failed").inc()
+        log["outcome"] = "failed"
+        if not isinstance(exc, _UNREACHABLE):
+            raise  # not a reason to come back later: the 500 handler logs it
+        raise SourceUnreachable(
+            f"retire of rollout {rollout_id} could not reach source {source.name!r}: "
+            f"{describe_exception(exc)}",
+            source=source.name,
+        ) from None
+    outcome = "retired" if dropped else "stale"
     state.metrics.retire.labels(source.name, outcome).inc()
     log["outcome"] = outcome
-    return {"retired": retired}
+    if not dropped:
+        raise StaleSnapshot(
+            f"rollout {rollout_id}: the store no longer holds snapshot {ticket.snapshot_id} "
+            f"version {ticket.version} (written to, or retired for another attempt, since); "
+            "nothing was retired",
+            retired=False,
+        )
+    return {"retired": True}

@@ -11,6 +11,7 @@ from token_finalizer.core.protocols import TokenSource
 from token_finalizer.service.guard import MaskFractionGuard
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
+from token_finalizer.service.tickets import TicketSigner
 from token_finalizer.settings import Settings
 
 __all__ = ["ServiceState"]
@@ -24,10 +25,11 @@ class ServiceState:
     sources: SourceRegistry
     metrics: ServiceMetrics
     guard: MaskFractionGuard
+    tickets: TicketSigner
     draining: bool = field(default=False)
-    finalize_slots: asyncio.Semaphore = field(
-        default_factory=lambda: asyncio.Semaphore(FINALIZE_CONCURRENCY)
-    )
+    # Finalizes running at once, per source: a slow store holds only its own
+    # slots, never those of a healthy one (docs/architecture.md#concurrency).
+    _slots: dict[str, asyncio.Semaphore] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -45,7 +47,15 @@ class ServiceState:
             sources=SourceRegistry.open(settings, metrics, sources),
             metrics=metrics,
             guard=MaskFractionGuard(capture.max_mask_fraction, capture.mask_fraction_min_samples),
+            tickets=TicketSigner.from_config(settings.retire.key),
         )
+
+    def finalize_slots(self, source_name: str) -> asyncio.Semaphore:
+        """The semaphore bounding concurrent finalizes through one source."""
+        slots = self._slots.get(source_name)
+        if slots is None:
+            slots = self._slots[source_name] = asyncio.Semaphore(FINALIZE_CONCURRENCY)
+        return slots
 
     def begin_draining(self) -> None:
         """From now on /ready answers 503: the process is shutting down."""

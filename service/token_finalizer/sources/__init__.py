@@ -3,6 +3,7 @@
 memory   in-process, for tests and embedding
 file     a local directory (the embedded default; NeMo Gym compatible on disk)
 http     a remote capture store speaking protocol v1, through httpx
+redis    Redis, Valkey or Redis Cluster, shared by writers and finalizer replicas
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from token_finalizer.sources.memory import MemoryTokenStore
 
 __all__ = ["SOURCE_KINDS", "FileTokenStore", "MemoryTokenStore", "SweptCapture", "open_source"]
 
-SOURCE_KINDS = ("memory", "file", "http")
+SOURCE_KINDS = ("memory", "file", "http", "redis")
 
 
 def open_source(kind: str, **options: Any) -> TokenSource:
@@ -29,4 +30,9 @@ def open_source(kind: str, **options: Any) -> TokenSource:
         from token_finalizer.sources.http import HttpTokenSource
 
         return HttpTokenSource(**options)
+    if kind == "redis":
+        # Imported lazily, like httpx: only a configured redis source loads redis-py.
+        from token_finalizer.sources.redis import RedisTokenStore
+
+        return RedisTokenStore(**options)
     raise ValueError(f"unknown source kind {kind!r}; expected one of {', '.join(SOURCE_KINDS)}")

@@ -288,26 +288,25 @@ class FileTokenStore:
     def _read_entries(
         self, paths: _Paths, state: CaptureState, rollout_id: str
     ) -> tuple[TokenEntry, ...]:
+        # One read of the indexed part, then one slice per line: a long
+        # rollout's capture is hundreds of MB, and buffered line reads plus
+        # newline stripping would copy every line two more times.
+        data = _read_indexed(paths, state)
         entries: dict[str, TokenEntry] = {}
-        try:
-            handle = open(paths.jsonl, "rb")  # noqa: SIM115 - closed by the with below
-        except FileNotFoundError:
-            return ()
-        with handle:
-            remaining = state.indexed_size
-            for raw in handle:
-                if remaining <= 0:
-                    break
-                remaining -= len(raw)
-                line = raw.rstrip(b"\n")
-                if not line.strip():
-                    continue
+        start = 0
+        while start < len(data):
+            end = data.find(b"\n", start)
+            if end < 0:
+                end = len(data)
+            line = data[start:end]
+            if line.strip():  # bytes.strip() returns the line itself when nothing is stripped
                 entry = TokenEntry.from_json(line)
                 if entry.rollout_id != rollout_id:
                     raise TokenEntryError(
                         f"{paths.jsonl.name} holds an entry of rollout {entry.rollout_id}"
                     )
                 entries.setdefault(entry.model_call_id, entry)
+            start = end + 1
         return tuple(entries.values())
 
     def _frozen(

@@ -1,4 +1,4 @@
-"""The `http` source: a remote capture store speaking protocol v1 (DESIGN §10), through httpx.
+"""The `http` source: a remote capture store speaking protocol v1 (docs/store-protocol.md).
 
 Finalizer side only (freeze, drop, ping, close). One pooled AsyncClient per
 source, opened with the source and closed with it. Freeze and drop are both
@@ -25,6 +25,7 @@ import httpx
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
     HTTP_CONNECT_TIMEOUT_S,
+    HTTP_DEADLINE_TIMEOUTS,
     HTTP_MAX_ANSWER_BYTES,
     HTTP_MAX_CONNECTIONS,
     HTTP_MAX_KEEPALIVE,
@@ -35,21 +36,19 @@ from token_finalizer._constants import (
 )
 from token_finalizer.core.codec import loads_json, loads_with_token_arrays, zstd_decompress
 from token_finalizer.core.entries import Snapshot, TokenEntry
-from token_finalizer.core.errors import CaptureRetired, SourceUnavailable
-from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.errors import (
+    CaptureRetired,
+    SourceUnavailable,
+    StoreUnreachable,
+    describe_exception,
+)
+from token_finalizer.core.redaction import redact
+from token_finalizer.core.store_protocol import rollout_path
 from token_finalizer_client._retry import RETRY_STATUSES, RetryPolicy, is_retryable_error
 
-__all__ = ["CAPTURE_PATH", "HttpTokenSource", "rollout_path"]
+__all__ = ["HttpTokenSource"]
 
 _T = TypeVar("_T")
-
-# The correlation segment model servers already use; every rollout path keeps it.
-CAPTURE_PATH = "training-token-capture"
-
-
-def rollout_path(rollout_id: str, operation: str) -> str:
-    """`/ng-rollout/{id}/training-token-capture/{operation}`, the id checked first."""
-    return f"/ng-rollout/{check_store_id(rollout_id)}/{CAPTURE_PATH}/{operation}"
 
 
 def _exactly(value: object, kind: type[_T]) -> _T | None:
@@ -57,10 +56,6 @@ def _exactly(value: object, kind: type[_T]) -> _T | None:
     if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
         return value
     return None
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +98,7 @@ class HttpTokenSource:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         max_retries: int = HTTP_MAX_RETRIES,
+        deadline_s: float | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"url {url!r} must start with http:// or https://")
@@ -110,7 +106,11 @@ class HttpTokenSource:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         if token == "":
             raise ValueError("token is empty; pass None for no token")
-        self.url = url.rstrip("/")
+        base_url = url.rstrip("/")
+        # Shown in messages, /ready and logs: never the credentials a URL may hold.
+        self.url = redact(base_url)
+        # The whole of one freeze (all tries, all bytes); see docs/configuration.md.
+        self.deadline_s = deadline_s or timeout_s * HTTP_DEADLINE_TIMEOUTS
         self._retry = RetryPolicy(
             max_retries, base_delay_s=HTTP_RETRY_BASE_DELAY_S, max_delay_s=HTTP_RETRY_MAX_DELAY_S
         )
@@ -119,7 +119,7 @@ class HttpTokenSource:
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
         self._client = httpx.AsyncClient(
-            base_url=self.url,
+            base_url=base_url,
             headers=headers,
             # A connect that takes long means the host is gone; reads of a large
             # snapshot get the whole configured timeout between bytes.
@@ -174,13 +174,13 @@ class HttpTokenSource:
             return await self._retry.acall(lambda: self._exchange(method, path, **kwargs))
         except httpx.HTTPError as exc:
             if is_retryable_error(exc):
-                raise SourceUnavailable(
+                raise StoreUnreachable(
                     f"capture store {self.url} did not answer {what} "
-                    f"after {self._retry.attempts} attempt(s): {_describe(exc)}"
+                    f"after {self._retry.attempts} attempt(s): {describe_exception(exc)}"
                 ) from None
             # E.g. a body that fails to decode: not transient.
             raise SourceUnavailable(
-                f"capture store {self.url} answered {what} unreadably: {_describe(exc)}"
+                f"capture store {self.url} answered {what} unreadably: {describe_exception(exc)}"
             ) from None
 
     def _check_status(self, answer: _Answer, what: str) -> None:
@@ -198,7 +198,9 @@ class HttpTokenSource:
             reason = "has no such protocol v1 path (is the url right?)"
         else:
             reason = "failed"
-        raise SourceUnavailable(
+        # A store that says it cannot serve now was not changed by the call.
+        error = StoreUnreachable if status in RETRY_STATUSES else SourceUnavailable
+        raise error(
             f"capture store {self.url} {reason}: {what} answered HTTP {status}: "
             f"{answer.error_text()}"
         )
@@ -208,7 +210,16 @@ class HttpTokenSource:
     async def freeze(self, rollout_id: str) -> Snapshot:
         """Freeze the rollout in the remote store and return its snapshot."""
         path = rollout_path(rollout_id, "freeze")
-        answer = await self._send("POST", path, f"freeze of rollout {rollout_id}")
+        what = f"freeze of rollout {rollout_id}"
+        try:
+            # One deadline for the whole freeze, retries and every byte included:
+            # a store trickling its answer cannot hold a finalize for long.
+            async with asyncio.timeout(self.deadline_s):
+                answer = await self._send("POST", path, what)
+        except TimeoutError:
+            raise StoreUnreachable(
+                f"capture store {self.url} did not finish the {what} within {self.deadline_s}s"
+            ) from None
         self._check_status(answer, f"freeze of rollout {rollout_id}")
         if answer.zstd or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
             # Decoding and parsing a large snapshot would stall the event loop (and
@@ -297,7 +308,7 @@ class HttpTokenSource:
             response = await self._client.get("/health")
         except httpx.HTTPError as exc:
             raise SourceUnavailable(
-                f"capture store {self.url} is unreachable: {_describe(exc)}"
+                f"capture store {self.url} is unreachable: {describe_exception(exc)}"
             ) from None
         if response.status_code != 200:
             raise SourceUnavailable(

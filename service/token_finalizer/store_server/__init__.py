@@ -1,4 +1,4 @@
-"""A remote capture store: protocol v1 (DESIGN §10) served over any of our local stores.
+"""A remote capture store: protocol v1 (docs/store-protocol.md) served over any of our local stores.
 
     POST {base}/ng-rollout/{id}/training-token-capture/freeze          snapshot, 409 retired
     POST {base}/ng-rollout/{id}/training-token-capture/drop            {"dropped": bool}

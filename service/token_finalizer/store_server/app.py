@@ -23,6 +23,7 @@ from token_finalizer.core.errors import (
     TokenEntryError,
 )
 from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.store_protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
 from token_finalizer.store_server._answers import freeze_answer
 from token_finalizer.store_server._requests import (
     call_entry,
@@ -37,7 +38,7 @@ from token_finalizer.web.errors import StatusTable, install_error_handlers
 
 __all__ = ["PROTOCOL_PREFIX", "create_store_app"]
 
-PROTOCOL_PREFIX = "/ng-rollout/{rollout_id}/training-token-capture"
+PROTOCOL_PREFIX = ROLLOUT_ROUTE
 
 # Store refusals by class; anything else is a 500 whose text stays in the log.
 _STATUS_OF: StatusTable = {
@@ -55,7 +56,7 @@ def _rollout_segment(request: Request) -> str | None:
     """The rollout id as sent, before the server decoded `%2F` into a path separator."""
     raw = request.scope.get("raw_path") or request.url.path.encode()
     parts = raw.decode("latin-1").split("?", 1)[0].split("/")
-    if len(parts) > 2 and parts[1] == "ng-rollout":
+    if len(parts) > 2 and parts[1] == ROLLOUT_SEGMENT:
         return unquote(parts[2])
     return None
 

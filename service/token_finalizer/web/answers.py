@@ -7,12 +7,12 @@ client asks for it, since a snapshot repeats every prompt prefix.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
-from token_finalizer._constants import ZSTD_MIN_BYTES
+from token_finalizer._constants import STREAM_CHUNK_BYTES, STREAM_MIN_BYTES, ZSTD_MIN_BYTES
 from token_finalizer.core.codec import Piece, encode_json, zstd_compress
 
 __all__ = [
@@ -65,19 +65,34 @@ def encoded_response(
     """An already-encoded JSON body, or its pieces in order, compressed when accepted.
 
     Pieces are compressed as one stream and never joined uncompressed: a large
-    answer spliced from shared parts does not pay for a 64 MB copy.
+    answer spliced from shared parts does not pay for a 64 MB copy. A large
+    uncompressed answer is streamed piece by piece in bounded chunks, so the
+    event loop never copies hundreds of MB into a socket buffer in one go and
+    the server writes only as fast as the client reads.
     """
     pieces: list[Piece] = [body] if isinstance(body, bytes) else list(body)
     size = sum(len(piece) for piece in pieces)
     extra = dict(headers or {})
-    content: Piece
     if size >= ZSTD_MIN_BYTES and accepts_zstd(accept_encoding):
-        content = zstd_compress(pieces)
         extra["Content-Encoding"] = "zstd"
         extra["Vary"] = "Accept-Encoding"
-    else:
-        content = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        return Response(
+            zstd_compress(pieces), status_code=status_code, media_type=_JSON, headers=extra
+        )
+    if size >= STREAM_MIN_BYTES:
+        extra["Content-Length"] = str(size)
+        return StreamingResponse(
+            _chunks(pieces), status_code=status_code, media_type=_JSON, headers=extra
+        )
+    content = pieces[0] if len(pieces) == 1 else b"".join(pieces)
     return Response(content, status_code=status_code, media_type=_JSON, headers=extra)
+
+
+async def _chunks(pieces: list[Piece]) -> AsyncIterator[Piece]:
+    for piece in pieces:
+        view = memoryview(piece)
+        for start in range(0, len(view), STREAM_CHUNK_BYTES):
+            yield view[start : start + STREAM_CHUNK_BYTES]
 
 
 def error_response(status_code: int, message: str, **details: Any) -> Response:

@@ -15,8 +15,8 @@ from typing import Any
 import anyio.to_thread
 from starlette.requests import ClientDisconnect, Request
 
-from token_finalizer._constants import PARSE_IN_THREAD_MIN_BYTES
-from token_finalizer.core.codec import loads_json, loads_strict_json
+from token_finalizer._constants import MAX_JSON_DEPTH, PARSE_IN_THREAD_MIN_BYTES
+from token_finalizer.core.codec import json_depth, loads_exact_json
 from token_finalizer.web.errors import HttpError
 
 __all__ = ["JsonBody", "read_json_object"]
@@ -64,6 +64,24 @@ async def _read_limited(request: Request, limit: int, limit_name: str) -> bytear
     return body
 
 
+def _check_media_type(request: Request, invalid_status: int) -> None:
+    """Refuse bodies not sent as JSON before reading them.
+
+    A web page can make a browser POST `text/plain` or a form to a service on
+    the same host without any preflight; insisting on `application/json`
+    (which needs one) keeps such pages from freezing captures.
+    """
+    header = request.headers.get("content-type")
+    if header is None and request.headers.get("content-length") == "0":
+        return  # no body at all: the caller decides whether an empty body is fine
+    media_type = (header or "").partition(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise HttpError(
+            invalid_status,
+            f"request body must be sent as Content-Type: application/json, got {header!r}",
+        )
+
+
 def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "array"
@@ -84,14 +102,33 @@ async def read_json_object(
     invalid_status: int = 400,
     allow_empty: bool = False,
     allow_non_finite: bool = False,
+    require_json_media_type: bool = False,
 ) -> JsonBody:
     """The request body as a JSON object; HttpError (`invalid_status` or 413) when it is not one.
 
     `allow_empty` reads an empty body as `{}` (protocol calls whose body is optional).
     `allow_non_finite` admits NaN/Infinity, which Python writers put in log probs;
     finalize bodies refuse them, since a record could not be answered as valid JSON.
+    `require_json_media_type` refuses bodies not sent as `application/json`.
     """
-    parse = loads_json if allow_non_finite else loads_strict_json
+
+    def parse(text: bytes) -> Any:
+        # Checked before parsing: a record nested deeper than the encoder can
+        # write back would otherwise be refused only after its capture froze.
+        depth = json_depth(text)
+        if depth > MAX_JSON_DEPTH:
+            raise HttpError(
+                invalid_status,
+                f"request body JSON nests {depth} levels deep; "
+                f"at most {MAX_JSON_DEPTH} are accepted",
+            )
+        return loads_exact_json(text, allow_non_finite=allow_non_finite)
+
+    if require_json_media_type:
+        declared = _declared_length(request)
+        if declared is not None and declared > limit:
+            raise HttpError(413, f"request body is larger than {limit_name} ({limit} bytes)")
+        _check_media_type(request, invalid_status)
     body = await _read_limited(request, limit, limit_name)
     if not body.strip():
         if allow_empty:

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from token_finalizer._constants import RETRY_AFTER_S
 from token_finalizer.web.answers import error_response
 
 __all__ = ["HttpError", "StatusTable", "install_error_handlers"]
@@ -92,11 +93,15 @@ def _framework_error(not_found: NotFoundHook | None) -> Callable[[Request, Excep
 def _domain_error(table: StatusTable) -> Callable[[Request, Exception], Response]:
     def handle(request: Request, exc: Exception) -> Response:
         status = next((code for cls, code in table.items() if isinstance(exc, cls)), 500)
-        if status >= 500:
+        if status == 500:
             logger.error("%s %s failed: %s", request.method, request.url.path, exc)
             return error_response(status, f"{type(exc).__name__}: the server log has the details")
         details = getattr(exc, "details", None) or {}
-        return error_response(status, getattr(exc, "message", None) or str(exc), **details)
+        response = error_response(status, getattr(exc, "message", None) or str(exc), **details)
+        if status == 503:
+            # Unavailable for now, not broken: tell clients when to come back.
+            response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
 
     return handle
 

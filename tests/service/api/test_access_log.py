@@ -5,18 +5,25 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import anyio
 import httpx
 import orjson
 import pytest
 
 from tests.service.api.conftest import CaptureWriter
 from tests.support.captures import record_for
+from token_finalizer import FileTokenStore
+from token_finalizer._logging import JsonFormatter
 from token_finalizer.api.access_log import ACCESS_LOGGER
 
 
 def _lines(caplog: pytest.LogCaptureFixture, path: str) -> list[dict[str, Any]]:
+    """The request fields of the JSON lines logged for `path` (envelope keys checked, dropped)."""
     records = [r for r in caplog.records if r.name == ACCESS_LOGGER]
-    lines = [orjson.loads(r.getMessage()) for r in records]
+    lines = [orjson.loads(JsonFormatter().format(r)) for r in records]
+    for line in lines:
+        assert (line.pop("logger"), line.pop("message")) == (ACCESS_LOGGER, "request")
+        assert isinstance(line.pop("ts"), str) and line.pop("level") in {"info", "debug"}
     return [line for line in lines if line["path"] == path]
 
 
@@ -51,11 +58,39 @@ def test_retire_logs_its_outcome(
     assert (line["rollout_id"], line["outcome"], line["status"]) == ("r-1", "retired", 200)
 
 
+def test_refused_ticket_logs_outcome_rejected(
+    client: httpx.Client, write_capture: CaptureWriter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A retire whose ticket does not verify is logged with outcome rejected and status 403."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    write_capture("r-1")
+    ticket = client.post("/finalize", json=record_for("r-1")).json()["retire"]
+    client.post("/retire", json={**ticket, "version": ticket["version"] + 1})
+    (line,) = _lines(caplog, "/retire")
+    assert (line["outcome"], line["status"]) == ("rejected", 403)
+
+
+def test_stale_ticket_logs_outcome_stale(
+    client: httpx.Client,
+    write_capture: CaptureWriter,
+    file_store: FileTokenStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A genuine ticket the store moved past is logged with outcome stale and status 409."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    write_capture("r-1")
+    answer = client.post("/finalize", json=record_for("r-1")).json()
+    anyio.run(file_store.mark_incomplete, "r-1", "late")
+    client.post("/retire", json=answer)
+    (line,) = _lines(caplog, "/retire")
+    assert (line["rollout_id"], line["outcome"], line["status"]) == ("r-1", "stale", 409)
+
+
 def test_refused_request_is_logged_with_its_status(
     client: httpx.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A 400 is logged too, with its status."""
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
-    client.post("/finalize", content=b"[]")
+    client.post("/finalize", content=b"[]", headers={"Content-Type": "application/json"})
     (line,) = _lines(caplog, "/finalize")
     assert line["status"] == 400

@@ -79,7 +79,9 @@ def test_probes_stay_open(secured: httpx.Client, path: str) -> None:
 
 def test_auth_is_checked_before_the_body_is_read(secured: httpx.Client) -> None:
     """An unauthenticated invalid body answers 401, not 400: nothing is read for strangers."""
-    response = secured.post("/finalize", content=b"not json")
+    response = secured.post(
+        "/finalize", content=b"not json", headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 401
 
 

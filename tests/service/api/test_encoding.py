@@ -19,7 +19,7 @@ from token_finalizer.core.codec import encode_json
 
 
 def _answer(*, record_has_response: bool = True) -> dict[str, Any]:
-    """A real finalize answer: an agent rollout finalized from a memory store."""
+    """A real v2 finalize answer: the rebuilt output lives in the record only."""
     store = MemoryTokenStore()
     record = record_for("r")
     if not record_has_response:
@@ -29,7 +29,7 @@ def _answer(*, record_has_response: bool = True) -> dict[str, Any]:
         for entry in agent_rollout("r", calls=6, new_tokens_per_turn=50):
             await store.put(entry)
         build = await finalize_record(record, store)
-        return None if build is None else build.to_dict()
+        return None if build is None else build.to_dict(with_response=False)
 
     build = anyio.run(finalize)
     return {
@@ -38,6 +38,7 @@ def _answer(*, record_has_response: bool = True) -> dict[str, Any]:
         "record": record,
         "build": build,
         "retirable": True,
+        "retire": None,
     }
 
 
@@ -56,7 +57,7 @@ def test_answer_pieces_join_to_the_plain_encoding(record_has_response: bool) -> 
 
 def test_prompts_are_cut_from_one_text() -> None:
     """Nested prompts are slices of one encoded prompt (no token is encoded twice)."""
-    output = _answer()["build"]["rebuilt_response"]["output"]
+    output = _answer()["record"]["response"]["output"]
     pieces = output_pieces(output)
     assert pieces is not None
     views = [piece for piece in pieces if isinstance(piece, memoryview)]
@@ -85,13 +86,12 @@ def test_prompts_that_do_not_nest_are_not_cut() -> None:
     assert output_pieces(output) is None
 
 
-def test_diverging_output_still_joins_exactly() -> None:
-    """An answer whose prompts do not nest is still spliced correctly (output encoded whole)."""
+def test_diverging_output_still_encodes_exactly() -> None:
+    """An answer whose prompts do not nest is not cut, and still gets its exact bytes."""
     payload = _answer()
-    payload["build"]["rebuilt_response"]["output"][0]["prompt_token_ids"] = np.array([7, 7, 7])
-    pieces = finalize_answer_pieces(payload)
-    assert pieces is not None
-    assert b"".join(pieces) == encode_json(payload)
+    payload["record"]["response"]["output"][0]["prompt_token_ids"] = np.array([7, 7, 7])
+    assert finalize_answer_pieces(payload) is None
+    assert encode_answer(payload, None).body == encode_json(payload)
 
 
 def test_non_integer_prompts_are_not_cut() -> None:
@@ -105,16 +105,28 @@ def test_single_prompt_is_not_cut() -> None:
     assert output_pieces([_item(np.arange(5))]) is None
 
 
-def test_unshared_output_has_no_pieces() -> None:
-    """An answer whose record and build hold different output lists has no pieces."""
+def test_compact_output_has_no_pieces() -> None:
+    """A compact answer (prompts already prefix lengths) has nothing to cut: no pieces."""
     payload = _answer()
-    payload["record"]["response"]["output"] = list(payload["record"]["response"]["output"])
+    output = payload["record"]["response"]["output"]
+    payload["record"]["response"]["output"] = [
+        {**item, "prompt_token_ids": len(item["prompt_token_ids"])} for item in output
+    ]
     assert finalize_answer_pieces(payload) is None
 
 
 def test_answer_without_build_has_no_pieces() -> None:
-    """A null build (agent not taking part) has no pieces."""
-    assert finalize_answer_pieces({**_answer(), "build": None}) is None
+    """A null build (agent not taking part: the record as posted, no token arrays) has no pieces."""
+    assert finalize_answer_pieces({**_answer(), "record": record_for("r"), "build": None}) is None
+
+
+def test_answer_holds_the_output_once() -> None:
+    """A v2 answer's pieces spell the rebuilt output once: the build has no rebuilt_response."""
+    payload = _answer()
+    pieces = finalize_answer_pieces(payload)
+    assert pieces is not None
+    assert "rebuilt_response" not in payload["build"]
+    assert b"".join(pieces).count(b'"generation_token_ids"') == 6
 
 
 def test_record_quoting_the_mark_is_encoded_plainly() -> None:

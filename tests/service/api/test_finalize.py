@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import orjson
+import pytest
 import zstandard
 
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
 from tests.support.asgi import in_process
-from tests.support.captures import record_for
-from token_finalizer import FileTokenStore
+from tests.support.captures import agent_rollout, make_entry, record_for
+from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.api import create_app
 
 
@@ -97,6 +102,7 @@ def test_agent_not_taking_part_gets_no_build(
         "record": record,
         "build": None,
         "retirable": False,
+        "retire": None,
     }
 
 
@@ -162,3 +168,108 @@ def test_large_zstd_answer_matches_the_identity_answer(
     )
     packed = client.post("/finalize", json=record_for("big"), headers={"Accept-Encoding": "zstd"})
     assert (packed.headers["content-encoding"], packed.content) == ("zstd", plain.content)
+
+
+# -- answer v2: the build without its response, the retire object, mask reasons -------------
+
+
+def test_build_leaves_the_rebuilt_output_to_the_record(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """The answer's build has no `rebuilt_response`; the rebuilt output is in the record only."""
+    write_capture("r-1")
+    answer = client.post("/finalize", json=record_for("r-1")).json()
+    output = answer["record"]["response"]["output"]
+    assert ("rebuilt_response" in answer["build"], len(output)) == (False, 3)
+    assert all("prompt_token_ids" in item for item in output)
+
+
+def test_retirable_answer_carries_the_retire_object(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """A retirable answer's `retire` names the rollout, source and consumed snapshot, signed."""
+    write_capture("r-1")
+    answer = client.post("/finalize", json=record_for("r-1")).json()
+    retire = answer["retire"]
+    assert set(retire) == {"rollout_id", "source", "snapshot_id", "version", "ticket"}
+    assert (retire["rollout_id"], retire["source"]) == ("r-1", "local")
+    assert {"snapshot_id": retire["snapshot_id"], "version": retire["version"]} == answer["build"][
+        "_capture_snapshot"
+    ]
+    assert re.fullmatch(r"[0-9a-f]{64}", retire["ticket"])
+
+
+def test_masked_answer_carries_no_retire_object(client: httpx.Client) -> None:
+    """A masked answer is not retirable: `retirable` false and `retire` null."""
+    answer = client.post("/finalize", json=record_for("never-written")).json()
+    assert (answer["retirable"], answer["retire"]) == (False, None)
+
+
+def test_built_build_lists_unresolved_parent_calls(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """A built build carries `unresolved_parent_calls` (empty for a clean chain)."""
+    write_capture("r-1")
+    build = client.post("/finalize", json=record_for("r-1")).json()["build"]
+    assert (build["unresolved_parent_calls"], build["unresolved_retries"]) == ([], [])
+
+
+def test_unmasked_build_has_no_mask_reason(
+    client: httpx.Client, write_capture: CaptureWriter
+) -> None:
+    """A clean build names no mask reason, in the build or in the record's capture metrics."""
+    write_capture("r-1")
+    answer = client.post("/finalize", json=record_for("r-1")).json()
+    assert "mask_reason" not in answer["build"]
+    assert "mask_reason" not in answer["record"]["_ng_token_capture"]
+
+
+Steps = Callable[[str], list[tuple[str, tuple[Any, ...]]]]
+
+MASK_CASES: dict[str, Steps] = {
+    "empty_capture": lambda r: [],
+    "capture_incomplete": lambda r: [
+        *[("put", (e,)) for e in agent_rollout(r, calls=2, new_tokens_per_turn=20)],
+        ("mark_incomplete", (r, "lost")),
+    ],
+    "multiple_roots": lambda r: [
+        ("put", (make_entry(r, "a", [1, 2], [3], created_at=1.0),)),
+        ("put", (make_entry(r, "b", [7, 8], [9], created_at=2.0),)),
+    ],
+    "unresolved_retries": lambda r: [
+        ("put", (make_entry(r, "try-1", [1, 2], [3]),)),
+        ("put", (make_entry(r, "try-2", [1, 2], [4]),)),
+    ],
+}
+
+
+@pytest.mark.parametrize("reason", sorted(MASK_CASES))
+def test_masked_build_names_its_mask_reason(make_settings: SettingsFactory, reason: str) -> None:
+    """A masked build carries its machine-readable `mask_reason`, also in `_ng_token_capture`."""
+    store = MemoryTokenStore()
+
+    async def write() -> None:
+        for method, args in MASK_CASES[reason]("r-1"):
+            await getattr(store, method)(*args)
+
+    anyio.run(write)
+    with in_process(create_app(make_settings(), sources={"mem": store})) as client:
+        answer = client.post("/finalize?source=mem", json=record_for("r-1")).json()
+    assert (answer["build"]["mask_sample"], answer["build"]["mask_reason"]) == (True, reason)
+    assert answer["record"]["_ng_token_capture"]["mask_reason"] == reason
+
+
+class _UnreachableStore(MemoryTokenStore):
+    """A store whose freeze fails, as an unreachable capture store's would."""
+
+    async def freeze(self, rollout_id: str) -> Any:
+        raise ConnectionError("capture store refused the connection")
+
+
+def test_failed_freeze_is_masked_as_freeze_failed(make_settings: SettingsFactory) -> None:
+    """A freeze that raises masks the record with mask_reason `freeze_failed`."""
+    app = create_app(make_settings(), sources={"down": _UnreachableStore()})
+    with in_process(app) as client:
+        answer = client.post("/finalize?source=down", json=record_for("r-1")).json()
+    assert (answer["build"]["mask_reason"], answer["retire"]) == ("freeze_failed", None)
+    assert answer["record"]["_ng_token_capture"]["mask_reason"] == "freeze_failed"

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from fastapi import FastAPI
 
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
 from tests.support.asgi import in_process
-from tests.support.captures import record_for
+from tests.support.captures import agent_rollout, record_for
 from tests.support.servers import free_port
-from token_finalizer import MemoryTokenStore
+from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.api import create_app
 
 
@@ -113,16 +114,45 @@ def test_metrics_count_no_build(make_settings: SettingsFactory) -> None:
     assert _metric(text, line) == 1.0
 
 
-def test_metrics_count_retire_outcomes(client: httpx.Client, write_capture: CaptureWriter) -> None:
-    """/metrics counts retire calls by outcome (retired, not_retirable)."""
+def test_metrics_count_retire_outcomes(
+    client: httpx.Client, write_capture: CaptureWriter, file_store: FileTokenStore
+) -> None:
+    """/metrics counts retire calls by outcome (retired, stale)."""
     write_capture("r-1")
+    write_capture("r-2")
     client.post("/retire", json=client.post("/finalize", json=record_for("r-1")).json())
-    client.post("/retire", json={"rollout_id": "r-1", "build": None})
+    stale = client.post("/finalize", json=record_for("r-2")).json()
+    anyio.run(file_store.mark_incomplete, "r-2", "late")
+    client.post("/retire", json=stale)
     text = client.get("/metrics").text
     assert (
         _metric(text, 'token_finalizer_retire_total{outcome="retired",source="local"}'),
-        _metric(text, 'token_finalizer_retire_total{outcome="not_retirable",source="local"}'),
+        _metric(text, 'token_finalizer_retire_total{outcome="stale",source="local"}'),
     ) == (1.0, 1.0)
+
+
+class _DropFailingStore(MemoryTokenStore):
+    """A store that freezes, but whose drop cannot reach the capture store."""
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        raise ConnectionError("capture store refused the connection")
+
+
+def test_metrics_count_failed_retires(make_settings: SettingsFactory) -> None:
+    """A retire whose drop raises is counted as outcome failed."""
+    store = _DropFailingStore()
+
+    async def write() -> None:
+        for entry in agent_rollout("r-1", calls=2, new_tokens_per_turn=20):
+            await store.put(entry)
+
+    anyio.run(write)
+    with in_process(create_app(make_settings(), sources={"flaky": store})) as client:
+        answer = client.post("/finalize?source=flaky", json=record_for("r-1")).json()
+        client.post("/retire", json=answer)
+        text = client.get("/metrics").text
+    line = 'token_finalizer_retire_total{outcome="failed",source="flaky"}'
+    assert _metric(text, line) == 1.0
 
 
 def test_metrics_count_source_errors(make_settings: SettingsFactory) -> None:
@@ -166,24 +196,53 @@ def test_openapi_lists_every_endpoint(client: httpx.Client, path: str) -> None:
     assert path in client.get("/openapi.json").json()["paths"]
 
 
-@pytest.mark.parametrize(
-    ("path", "required"),
-    [("/finalize", None), ("/retire", ["rollout_id", "build"])],
-)
-def test_openapi_documents_request_bodies(
-    client: httpx.Client, path: str, required: list[str] | None
-) -> None:
-    """/finalize and /retire document a JSON object request body (retire's required keys too)."""
+RETIRE_FIELDS = {"rollout_id", "source", "snapshot_id", "version", "ticket"}
+
+
+def _required_sets(schema: dict[str, Any]) -> list[set[str]]:
+    """The `required` key sets of a schema and of its oneOf/anyOf alternatives."""
+    sets = [set(schema["required"])] if "required" in schema else []
+    for key in ("oneOf", "anyOf"):
+        for alternative in schema.get(key, []):
+            sets += _required_sets(alternative)
+    return sets
+
+
+def _request_schema(client: httpx.Client, path: str) -> dict[str, Any]:
     operation = client.get("/openapi.json").json()["paths"][path]["post"]
-    schema = operation["requestBody"]["content"]["application/json"]["schema"]
-    assert (schema["type"], schema.get("required")) == ("object", required)
+    schema: dict[str, Any] = operation["requestBody"]["content"]["application/json"]["schema"]
+    return schema
+
+
+def test_openapi_documents_the_finalize_request_body(client: httpx.Client) -> None:
+    """/finalize documents a JSON object request body (the record) with no required keys."""
+    schema = _request_schema(client, "/finalize")
+    assert (schema["type"], schema.get("required")) == ("object", None)
+
+
+def test_openapi_documents_the_retire_ticket_body(client: httpx.Client) -> None:
+    """/retire documents the finalize answer's `retire` object (all five fields) as its body."""
+    assert RETIRE_FIELDS in _required_sets(_request_schema(client, "/retire"))
 
 
 def test_openapi_documents_the_finalize_answer(client: httpx.Client) -> None:
-    """The finalize 200 answer lists rollout_id, source, record, build and retirable."""
+    """The finalize 200 answer lists rollout_id, source, record, build, retirable and retire."""
     operation = client.get("/openapi.json").json()["paths"]["/finalize"]["post"]
     schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
-    assert schema["required"] == ["rollout_id", "source", "record", "build", "retirable"]
+    assert set(schema["required"]) == {
+        "rollout_id",
+        "source",
+        "record",
+        "build",
+        "retirable",
+        "retire",
+    }
+
+
+def test_openapi_documents_the_retire_refusals(client: httpx.Client) -> None:
+    """/retire documents its v2 refusals: 403 (ticket), 409 (stale), 422, 503 (store down)."""
+    responses = client.get("/openapi.json").json()["paths"]["/retire"]["post"]["responses"]
+    assert {"403", "409", "422", "503"} <= set(responses)
 
 
 def test_docs_page_is_served(client: httpx.Client) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 
 from tests.service.api.conftest import SettingsFactory
@@ -22,6 +23,7 @@ from token_finalizer.api import create_app
 from token_finalizer.settings import Settings
 
 LIMIT = 4096
+JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture
@@ -55,9 +57,30 @@ def _raw_exchange(base: str, request: bytes) -> bytes:
 @pytest.mark.parametrize("path", ["/finalize", "/retire"])
 def test_invalid_json_is_400(client: httpx.Client, path: str) -> None:
     """A body that is not JSON answers 400 saying so."""
-    response = client.post(path, content=b'{"reward": ')
+    response = client.post(path, content=b'{"reward": ', headers=JSON)
     assert response.status_code == 400
     assert response.json()["error"].startswith("request body is not valid JSON: ")
+
+
+@pytest.mark.parametrize("path", ["/finalize", "/retire"])
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_body_not_sent_as_json_is_400(
+    client: httpx.Client, path: str, content_type: str | None
+) -> None:
+    """A body sent without Content-Type application/json answers 400 naming the content type."""
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    response = client.post(path, content=orjson.dumps(record_for("r-1")), headers=headers)
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(
+        "request body must be sent as Content-Type: application/json"
+    )
+
+
+def test_json_media_type_with_parameters_is_accepted(client: httpx.Client) -> None:
+    """`application/json; charset=utf-8` is JSON: the record is finalized."""
+    headers = {"Content-Type": "application/json; charset=utf-8"}
+    response = client.post("/finalize", content=orjson.dumps(record_for("r-1")), headers=headers)
+    assert response.status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -66,7 +89,7 @@ def test_invalid_json_is_400(client: httpx.Client, path: str) -> None:
 )
 def test_body_that_is_not_an_object_is_400(client: httpx.Client, body: bytes, kind: str) -> None:
     """A JSON body that is not an object answers 400 naming what it is."""
-    response = client.post("/finalize", content=body)
+    response = client.post("/finalize", content=body, headers=JSON)
     assert (response.status_code, response.json()) == (
         400,
         {"error": f"request body must be a JSON object, got a JSON {kind}"},
@@ -75,7 +98,7 @@ def test_body_that_is_not_an_object_is_400(client: httpx.Client, body: bytes, ki
 
 def test_empty_body_is_400(client: httpx.Client) -> None:
     """An empty body answers 400 asking for a JSON object."""
-    response = client.post("/finalize", content=b"")
+    response = client.post("/finalize", content=b"", headers=JSON)
     assert (response.status_code, response.json()) == (
         400,
         {"error": "request body is empty; expected a JSON object"},
@@ -111,7 +134,7 @@ def test_chunked_body_growing_past_the_limit_is_413(small_limit_url: str) -> Non
             yield b"x" * 1024
         yield b'"}'
 
-    response = httpx.post(small_limit_url + "/finalize", content=chunks())
+    response = httpx.post(small_limit_url + "/finalize", content=chunks(), headers=JSON)
     assert (response.request.headers.get("transfer-encoding"), response.status_code) == (
         "chunked",
         413,
@@ -125,7 +148,7 @@ def test_chunked_body_within_the_limit_is_accepted(small_limit_url: str) -> None
         yield b'{"_ng_rollout_id": '
         yield b'"r-1"}'
 
-    response = httpx.post(small_limit_url + "/finalize", content=chunks())
+    response = httpx.post(small_limit_url + "/finalize", content=chunks(), headers=JSON)
     assert (response.status_code, response.json()["rollout_id"]) == (200, "r-1")
 
 
@@ -133,7 +156,7 @@ def test_body_at_exactly_the_limit_is_accepted(small_limit_client: httpx.Client)
     """A body of exactly max_body_bytes is accepted."""
     prefix, suffix = b'{"padding": "', b'"}'
     body = prefix + b"x" * (LIMIT - len(prefix) - len(suffix)) + suffix
-    response = small_limit_client.post("/finalize", content=body)
+    response = small_limit_client.post("/finalize", content=body, headers=JSON)
     assert (len(body), response.status_code) == (LIMIT, 200)
 
 

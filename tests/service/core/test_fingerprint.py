@@ -1,13 +1,12 @@
-"""Fingerprints v2 (DESIGN §16), bit-exact with NeMo Gym 0.7.0 vectors."""
+"""Fingerprints v2, bit-exact with NeMo Gym 0.7.0 vectors."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.vectors import case_ids, load_vectors
 from token_finalizer.core.fingerprint import (
     FINGERPRINT_VERSION,
     FingerprintError,
@@ -19,16 +18,10 @@ from token_finalizer.core.fingerprint import (
     is_model_authored,
 )
 
-VECTORS = json.loads(
-    (Path(__file__).parents[2] / "vectors" / "nemo_gym_0_7" / "fingerprints.json").read_text()
-)
+VECTORS = load_vectors("fingerprints.json")
 ARGUMENTS = VECTORS["canonical_arguments"]
 ITEMS = VECTORS["items"]
 VALID_ITEMS = [case for case in ITEMS if "value" in case["conversation_digest"]]
-
-
-def _ids(cases: list[dict[str, Any]]) -> list[str]:
-    return [case["name"] for case in cases]
 
 
 def _check(function: Any, argument: Any, expected: dict[str, Any]) -> None:
@@ -39,25 +32,25 @@ def _check(function: Any, argument: Any, expected: dict[str, Any]) -> None:
         assert function(argument) == expected["value"]
 
 
-@pytest.mark.parametrize("case", ARGUMENTS, ids=_ids(ARGUMENTS))
+@pytest.mark.parametrize("case", ARGUMENTS, ids=case_ids(ARGUMENTS))
 def test_canonical_arguments_match_reference(case: dict[str, Any]) -> None:
     """Tool-call arguments canonicalize exactly as the reference does, or are invalid."""
     _check(canonical_arguments, case["value"], case)
 
 
-@pytest.mark.parametrize("case", ITEMS, ids=_ids(ITEMS))
+@pytest.mark.parametrize("case", ITEMS, ids=case_ids(ITEMS))
 def test_assistant_fingerprint_matches_reference(case: dict[str, Any]) -> None:
     """assistant_fingerprint equals the reference hex (or "" / invalid input)."""
     _check(assistant_fingerprint, case["items"], case["assistant_fingerprint"])
 
 
-@pytest.mark.parametrize("case", ITEMS, ids=_ids(ITEMS))
+@pytest.mark.parametrize("case", ITEMS, ids=case_ids(ITEMS))
 def test_conversation_digest_matches_reference(case: dict[str, Any]) -> None:
     """conversation_digest equals the reference hex, or the input is invalid."""
     _check(conversation_digest, case["items"], case["conversation_digest"])
 
 
-@pytest.mark.parametrize("case", VALID_ITEMS, ids=_ids(VALID_ITEMS))
+@pytest.mark.parametrize("case", VALID_ITEMS, ids=case_ids(VALID_ITEMS))
 def test_context_digests_are_the_prefix_digests(case: dict[str, Any]) -> None:
     """context_digests(items)[k] == conversation_digest(items[:k]) for every k."""
     items = case["items"] or []

@@ -1,15 +1,14 @@
-"""Lineage resolution (DESIGN §16-17), checked against NeMo Gym 0.7.0 vectors."""
+"""Lineage resolution, checked against NeMo Gym 0.7.0 vectors."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.support.vectors import case_ids, load_vectors, wire_entry
 from token_finalizer.core.fingerprint import (
     FINGERPRINT_VERSION,
     assistant_fingerprint,
@@ -25,9 +24,7 @@ from token_finalizer.core.lineage_resolution import (
 )
 from token_finalizer.core.token_digest import token_digest
 
-CASES = json.loads(
-    (Path(__file__).parents[2] / "vectors" / "nemo_gym_0_7" / "resolution.json").read_text()
-)["cases"]
+CASES = load_vectors("resolution.json")["cases"]
 WIRE_CASES = [case for case in CASES if case["request"] is not None]
 
 # Absent optional TokenEntry fields, as the wire format defaults them.
@@ -53,10 +50,7 @@ DIGESTS = context_digests(ITEMS)
 
 def _entry(wire: dict[str, Any]) -> SimpleNamespace:
     """A duck-typed entry with int32 token arrays, like the finalizer's TokenEntry."""
-    fields = {**_DEFAULTS, **wire}
-    fields["prompt_token_ids"] = np.array(wire["prompt_token_ids"], dtype=np.int32)
-    fields["generation_token_ids"] = np.array(wire["generation_token_ids"], dtype=np.int32)
-    return SimpleNamespace(**fields)
+    return wire_entry(wire, _DEFAULTS)
 
 
 def _answer(resolution: Resolution) -> dict[str, Any]:
@@ -113,14 +107,14 @@ def _delta_chain(depth: int) -> list[SimpleNamespace]:
     return entries
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
 def test_resolve_items_matches_vector(case: dict[str, Any]) -> None:
     """Resolving request items gives the vector's status, reason and match."""
     entries = [_entry(e) for e in case["entries"]]
     assert _answer(resolve_items(entries, case["request_items"])) == case["expected"]
 
 
-@pytest.mark.parametrize("case", WIRE_CASES, ids=[case["name"] for case in WIRE_CASES])
+@pytest.mark.parametrize("case", WIRE_CASES, ids=case_ids(WIRE_CASES))
 def test_wire_form_matches_vector(case: dict[str, Any]) -> None:
     """Resolving the wire form (fingerprint + prefix digests) gives the same answer."""
     request = case["request"]

@@ -7,19 +7,16 @@ note and are checked against our rule by their own tests instead.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.support.vectors import case_ids, load_vectors
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.rebuild import rebuild_snapshot
 
-_CASES = json.loads(
-    (Path(__file__).parents[2] / "vectors" / "nemo_gym_0_7" / "builder.json").read_text()
-)["cases"]
+_CASES = load_vectors("builder.json")["cases"]
 _SAME_AS_REFERENCE = [case for case in _CASES if not case.get("note")]
 
 
@@ -43,7 +40,7 @@ def build_of(case: dict[str, Any]) -> dict[str, Any]:
     return _plain(build)
 
 
-@pytest.mark.parametrize("case", _SAME_AS_REFERENCE, ids=lambda case: case["name"])
+@pytest.mark.parametrize("case", _SAME_AS_REFERENCE, ids=case_ids(_SAME_AS_REFERENCE))
 def test_build_matches_the_reference(case: dict[str, Any]) -> None:
     """Metrics, chain choice, mask and rebuilt output equal NeMo Gym 0.7's build."""
     assert build_of(case) == case["reference"]["build"]

@@ -1,15 +1,14 @@
-"""Terminal attribution (DESIGN §15), checked against NeMo Gym 0.7.0 vectors."""
+"""Terminal attribution, checked against NeMo Gym 0.7.0 vectors."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.support.vectors import case_ids, load_vectors, wire_entry
 from token_finalizer.core.terminal import (
     TerminalAttribution,
     attribute_terminal,
@@ -17,9 +16,7 @@ from token_finalizer.core.terminal import (
     disabled_attribution,
 )
 
-CASES = json.loads(
-    (Path(__file__).parents[2] / "vectors" / "nemo_gym_0_7" / "terminal.json").read_text()
-)["cases"]
+CASES = load_vectors("terminal.json")["cases"]
 
 # Absent optional TokenEntry fields, as the wire format defaults them.
 _DEFAULTS: dict[str, Any] = {
@@ -34,10 +31,7 @@ _DEFAULTS: dict[str, Any] = {
 
 def _entry(wire: dict[str, Any]) -> SimpleNamespace:
     """A duck-typed entry with int32 token arrays, like the finalizer's TokenEntry."""
-    fields = {**_DEFAULTS, **wire}
-    fields["prompt_token_ids"] = np.array(wire["prompt_token_ids"], dtype=np.int32)
-    fields["generation_token_ids"] = np.array(wire["generation_token_ids"], dtype=np.int32)
-    return SimpleNamespace(**fields)
+    return wire_entry(wire, _DEFAULTS)
 
 
 def _bare(call_id: str, prompt: list[int], generation: list[int], **extra: Any) -> SimpleNamespace:
@@ -51,7 +45,7 @@ def _bare(call_id: str, prompt: list[int], generation: list[int], **extra: Any) 
     )
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
 def test_attribution_matches_vector(case: dict[str, Any]) -> None:
     """Method, call id, reason trail and declared flag equal the vector's expectation."""
     result = attribute_terminal([_entry(e) for e in case["entries"]], case["record"])

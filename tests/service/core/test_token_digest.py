@@ -1,16 +1,15 @@
-"""Token digest v1 (DESIGN §14), checked against NeMo Gym 0.7.0 vectors."""
+"""Token digest v1, checked against NeMo Gym 0.7.0 vectors."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.support.vectors import case_ids, load_vectors
 from token_finalizer.core.token_digest import (
     EMPTY_TOKEN_DIGEST,
     TOKEN_DIGEST_VERSION,
@@ -18,46 +17,40 @@ from token_finalizer.core.token_digest import (
     token_digest_of_parts,
 )
 
-VECTORS = json.loads(
-    (Path(__file__).parents[2] / "vectors" / "nemo_gym_0_7" / "token_digests.json").read_text()
-)["cases"]
+VECTORS = load_vectors("token_digests.json")["cases"]
 SEQUENCES = [case for case in VECTORS if "ids" in case and "expected" in case]
 PARTS = [case for case in VECTORS if "parts" in case]
 ERRORS = [case for case in VECTORS if "error" in case]
 
 
-def _ids(cases: list[dict[str, Any]]) -> list[str]:
-    return [case["name"] for case in cases]
-
-
 def _struct_digest(ids: list[int]) -> str:
-    """The §14 formula spelled out with struct, for comparison."""
+    """The documented digest formula spelled out with struct, for comparison."""
     if not ids:
         return hashlib.sha256(b"nemo-gym-tokens").hexdigest()
     body = struct.pack(">BQ", 1, len(ids)) + struct.pack(f">{len(ids)}Q", *ids)
     return hashlib.sha256(b"nemo-gym-tokens" + body).hexdigest()
 
 
-@pytest.mark.parametrize("case", SEQUENCES, ids=_ids(SEQUENCES))
+@pytest.mark.parametrize("case", SEQUENCES, ids=case_ids(SEQUENCES))
 def test_list_digest_matches_reference(case: dict[str, Any]) -> None:
     """A list of ints hashes to the reference digest."""
     assert token_digest(case["ids"]) == case["expected"]
 
 
-@pytest.mark.parametrize("case", SEQUENCES, ids=_ids(SEQUENCES))
+@pytest.mark.parametrize("case", SEQUENCES, ids=case_ids(SEQUENCES))
 def test_uint64_array_digest_matches_reference(case: dict[str, Any]) -> None:
     """A uint64 array of the same ids hashes to the same reference digest."""
     assert token_digest(np.array(case["ids"], dtype=np.uint64)) == case["expected"]
 
 
-@pytest.mark.parametrize("case", PARTS, ids=_ids(PARTS))
+@pytest.mark.parametrize("case", PARTS, ids=case_ids(PARTS))
 def test_parts_digest_matches_reference_of_concatenation(case: dict[str, Any]) -> None:
     """Hashing parts equals the reference digest of their concatenation."""
     parts = [np.array(part, dtype=np.int32) for part in case["parts"]]
     assert token_digest_of_parts(*parts) == case["expected"]
 
 
-@pytest.mark.parametrize("case", ERRORS, ids=_ids(ERRORS))
+@pytest.mark.parametrize("case", ERRORS, ids=case_ids(ERRORS))
 def test_out_of_range_ids_fail_with_the_design_message(case: dict[str, Any]) -> None:
     """Out-of-range ids raise ValueError naming the first offending id."""
     message = case["error"].removeprefix("ValueError: ")

@@ -1,4 +1,7 @@
-"""The file capture store (DESIGN §9): durability, idempotence, freeze, retire, sweep."""
+"""The file capture store's own behaviour: its files, crash recovery, processes, sweep by mtime.
+
+The rules every store shares are in test_store_semantics.py.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +17,6 @@ from tests.support.captures import make_entry, record_for
 from token_finalizer import (
     CaptureConflict,
     CaptureCorrupt,
-    CaptureFrozen,
-    CaptureRetired,
     FileTokenStore,
     InvalidRolloutId,
     TokenEntryError,
@@ -30,6 +31,12 @@ pytestmark = pytest.mark.anyio
 
 def _jsonl(directory: Path, rollout_id: str = "r1") -> Path:
     return directory / f"{rollout_id}.tokens.jsonl"
+
+
+def _append(directory: Path, data: bytes, rollout_id: str = "r1") -> None:
+    """Append raw bytes to a capture file, as a crashed or foreign writer leaves them."""
+    with open(_jsonl(directory, rollout_id), "ab") as handle:
+        handle.write(data)
 
 
 def _state(directory: Path, rollout_id: str = "r1") -> dict:
@@ -72,41 +79,11 @@ async def test_conflicting_put_fails_and_marks_incomplete(
     assert (await file_store.freeze("r1")).incomplete is True
 
 
-async def test_put_after_freeze_fails(file_store: FileTokenStore) -> None:
-    """No write may succeed after the freeze."""
-    await file_store.put(make_entry("r1", "c1", [1], [2]))
-    await file_store.freeze("r1")
-    with pytest.raises(CaptureFrozen):
-        await file_store.put(make_entry("r1", "c2", [1, 2, 3], [4]))
-
-
-async def test_begin_call_after_freeze_fails(file_store: FileTokenStore) -> None:
-    """A call cannot be announced after the freeze."""
-    await file_store.freeze("r1")
-    with pytest.raises(CaptureFrozen):
-        await file_store.begin_call("r1", "c9")
-
-
-async def test_freeze_is_idempotent(file_store: FileTokenStore) -> None:
-    """Freezing twice returns the same snapshot identity and entries."""
-    await file_store.put(make_entry("r1", "c1", [1], [2]))
-    first, second = await file_store.freeze("r1"), await file_store.freeze("r1")
-    assert (first.snapshot_id, first.version) == (second.snapshot_id, second.version)
-    assert [e.model_call_id for e in second.entries] == ["c1"]
-
-
-async def test_freeze_of_unknown_rollout_is_empty(file_store: FileTokenStore) -> None:
-    """A rollout that was never written freezes to an empty snapshot."""
-    snapshot = await file_store.freeze("ghost")
-    assert snapshot.entries == () and snapshot.incomplete is False and snapshot.snapshot_id
-
-
 async def test_torn_final_line_is_cut_off(file_store: FileTokenStore, capture_dir: Path) -> None:
     """A crash mid-write leaves a torn tail that the next locked operation removes."""
     await file_store.put(make_entry("r1", "c1", [1], [2]))
     size = _jsonl(capture_dir).stat().st_size
-    with open(_jsonl(capture_dir), "ab") as handle:
-        handle.write(b'{"rollout_id":"r1","model_call_id":"c2","prompt_tok')
+    _append(capture_dir, b'{"rollout_id":"r1","model_call_id":"c2","prompt_tok')
     snapshot = await file_store.freeze("r1")
     assert [e.model_call_id for e in snapshot.entries] == ["c1"]
     assert _jsonl(capture_dir).stat().st_size == size
@@ -118,8 +95,7 @@ async def test_unindexed_complete_line_is_indexed(
     """A complete line written before a crash (state not yet updated) is indexed and kept."""
     await file_store.put(make_entry("r1", "c1", [1], [2]))
     line = orjson.dumps(make_entry("r1", "c2", [1, 2, 3], [4]), option=orjson.OPT_SORT_KEYS)
-    with open(_jsonl(capture_dir), "ab") as handle:
-        handle.write(line + b"\n")
+    _append(capture_dir, line + b"\n")
     snapshot = await file_store.freeze("r1")
     assert sorted(e.model_call_id for e in snapshot.entries) == ["c1", "c2"]
     assert _state(capture_dir)["entry_digests"]["c2"] == hashlib.sha256(line).hexdigest()
@@ -131,8 +107,7 @@ async def test_torn_middle_line_is_corruption(
     """A torn line followed by more lines is an error, not silently skipped."""
     await file_store.put(make_entry("r1", "c1", [1], [2]))
     line = orjson.dumps(make_entry("r1", "c2", [1, 2, 3], [4]), option=orjson.OPT_SORT_KEYS)
-    with open(_jsonl(capture_dir), "ab") as handle:
-        handle.write(b'{"rollout_id":"r1","mod' + line + b"\n")
+    _append(capture_dir, b'{"rollout_id":"r1","mod' + line + b"\n")
     with pytest.raises(CaptureCorrupt, match="unreadable line"):
         await file_store.freeze("r1")
 
@@ -152,66 +127,12 @@ async def test_drop_matching_snapshot_leaves_a_tombstone(
     assert _state(capture_dir)["retired"] is True
 
 
-async def test_repeated_drop_returns_true(file_store: FileTokenStore) -> None:
-    """Repeating a successful drop returns True again and changes nothing."""
-    await file_store.put(make_entry("r1", "c1", [1], [2]))
-    snapshot = await file_store.freeze("r1")
-    ref = {"snapshot_id": snapshot.snapshot_id, "version": snapshot.version}
-    assert await file_store.drop("r1", **ref)
-    state = file_store.status("r1")
-    assert await file_store.drop("r1", **ref)
-    assert file_store.status("r1") == state
-
-
-async def test_drop_with_stale_version_is_false(
-    file_store: FileTokenStore, capture_dir: Path
-) -> None:
-    """A drop naming another version keeps the capture."""
-    await file_store.put(make_entry("r1", "c1", [1], [2]))
-    snapshot = await file_store.freeze("r1")
-    assert not await file_store.drop(
-        "r1", snapshot_id=snapshot.snapshot_id, version=snapshot.version - 1
-    )
-    assert _jsonl(capture_dir).exists()
-
-
-async def test_drop_after_later_incomplete_mark_is_false(
-    file_store: FileTokenStore, capture_dir: Path
-) -> None:
-    """A call marked failed after the freeze changes the version: the old snapshot cannot retire."""
-    await file_store.put(make_entry("r1", "c1", [1], [2]))
-    snapshot = await file_store.freeze("r1")
-    await file_store.mark_incomplete("r1", "c2")
-    assert not await file_store.drop(
-        "r1", snapshot_id=snapshot.snapshot_id, version=snapshot.version
-    )
-    assert _jsonl(capture_dir).exists()
-
-
 async def test_drop_of_unknown_rollout_is_false(
     file_store: FileTokenStore, capture_dir: Path
 ) -> None:
     """Nothing stored: nothing matches, and no file is created."""
     assert not await file_store.drop("ghost", snapshot_id="x", version=1)
     assert list(capture_dir.iterdir()) == []
-
-
-async def test_freeze_after_retire_fails(file_store: FileTokenStore) -> None:
-    """A retired rollout cannot be frozen again."""
-    await file_store.put(make_entry("r1", "c1", [1], [2]))
-    snapshot = await file_store.freeze("r1")
-    await file_store.drop("r1", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
-    with pytest.raises(CaptureRetired):
-        await file_store.freeze("r1")
-
-
-async def test_late_writer_after_retire_fails(file_store: FileTokenStore) -> None:
-    """The tombstone makes a late put of that attempt fail."""
-    await file_store.put(make_entry("r1", "c1", [1], [2]))
-    snapshot = await file_store.freeze("r1")
-    await file_store.drop("r1", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
-    with pytest.raises(CaptureRetired):
-        await file_store.put(make_entry("r1", "c2", [1, 2, 3], [4]))
 
 
 async def test_no_temp_files_are_left(file_store: FileTokenStore, capture_dir: Path) -> None:
@@ -247,8 +168,7 @@ async def test_newer_schema_line_masks_and_retires_nothing(
     newer = orjson.dumps(
         make_entry("r1", "c2", [1, 2, 3], [4], schema_version=2), option=orjson.OPT_SORT_KEYS
     )
-    with open(_jsonl(capture_dir), "ab") as handle:
-        handle.write(newer + b"\n")
+    _append(capture_dir, newer + b"\n")
     record = record_for("r1")
     build = await finalize_rollout_token_capture(record, file_store)
     assert build["mask_sample"] is True and build["error"].startswith("TokenEntryError: ")

@@ -1,4 +1,4 @@
-"""On-disk compatibility with NeMo Gym's training-token file store (DESIGN §9)."""
+"""On-disk compatibility with NeMo Gym's training-token file store (docs/store-protocol.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The http source (DESIGN §10) against a mocked capture store: answers, failures, retries."""
+"""The http source against a mocked capture store: answers, failures, retries."""
 
 from __future__ import annotations
 
@@ -411,7 +411,7 @@ async def test_open_source_builds_an_http_source() -> None:
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
-        (httpx.ConnectError("refused"), "SourceUnavailable: "),
+        (httpx.ConnectError("refused"), "StoreUnreachable: "),
         (httpx.Response(409, json={"error": "retired"}), "CaptureRetired: "),
         (httpx.Response(200, content=b"garbage"), "SourceUnavailable: "),
         (httpx.Response(200, json=snapshot_body("r2")), "SourceUnavailable: "),

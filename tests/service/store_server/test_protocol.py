@@ -1,4 +1,4 @@
-"""The capture-store server (DESIGN §10), called in-process: every row of the protocol.
+"""The capture-store server (docs/store-protocol.md), called in-process: every row of the protocol.
 
 Each test runs against the server over a file store and over a memory store;
 rollout ids are unique per test, so the servers are shared by the module.
@@ -188,7 +188,9 @@ def test_invalid_entry_is_422_naming_the_field(store: Store, rid: str) -> None:
 )
 def test_unreadable_put_body_is_422(store: Store, rid: str, body: bytes, problem: str) -> None:
     """A put body that is not a JSON object answers 422 saying why."""
-    response = store.http.put(store.path(rid, "calls/c1"), content=body)
+    response = store.http.put(
+        store.path(rid, "calls/c1"), content=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 422
     assert problem in response.json()["error"]
 

@@ -950,6 +950,23 @@ def terminal_cases(ref: Reference) -> dict[str, Any]:
 # --------------------------------------------------------------------------- resolution
 
 
+def _resolution_answer(result: Any) -> Json:
+    """A reference resolution result as the vectors store it: status, reason, match."""
+    match = result.match
+    return {
+        "status": result.status.value,
+        "reason": result.reason,
+        "match": None
+        if match is None
+        else {
+            "model_call_id": match.model_call_id,
+            "cumulative_token_ids": list(match.cumulative_token_ids),
+            "digest": match.digest,
+            "prev_len": match.prev_len,
+        },
+    }
+
+
 def reference_resolution(
     ref: Reference, entries: list[dict[str, Any]], items: Json
 ) -> dict[str, Any]:
@@ -968,19 +985,7 @@ def reference_resolution(
             result = asyncio.run(resolver.resolve(ROLLOUT, items))
         except Exception:
             return {"status": "unresolved", "reason": "lookup_error", "match": None}
-    match = result.match
-    return {
-        "status": result.status.value,
-        "reason": result.reason,
-        "match": None
-        if match is None
-        else {
-            "model_call_id": match.model_call_id,
-            "cumulative_token_ids": list(match.cumulative_token_ids),
-            "digest": match.digest,
-            "prev_len": match.prev_len,
-        },
-    }
+    return _resolution_answer(result)
 
 
 def resolution_scenarios(ref: Reference) -> list[dict[str, Any]]:
@@ -1173,19 +1178,7 @@ def _our_materialized(ref: Reference, entries: list[dict[str, Any]], items: Json
         full = _full_entry(entry, by_id)
         lineage.add_entry(ref.entry(full))
     result = lineage.resolve(items)
-    match = result.match
-    return {
-        "status": result.status.value,
-        "reason": result.reason,
-        "match": None
-        if match is None
-        else {
-            "model_call_id": match.model_call_id,
-            "cumulative_token_ids": list(match.cumulative_token_ids),
-            "digest": match.digest,
-            "prev_len": match.prev_len,
-        },
-    }
+    return _resolution_answer(result)
 
 
 def _full_entry(entry: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> dict[str, Any]:

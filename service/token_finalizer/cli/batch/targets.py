@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from token_finalizer._constants import DEFAULT_RUN_ID
-from token_finalizer.service.errors import InvalidRequest, ServiceError
+from token_finalizer.service.errors import InvalidRequest, ServiceError, StaleSnapshot
 from token_finalizer.settings import Settings
 
 __all__ = [
@@ -63,8 +63,8 @@ class BatchTarget(Protocol):
         """The finalize answer object of one record."""
         ...
 
-    async def retire(self, rollout_id: str, build: dict[str, Any], source: str | None) -> bool:
-        """Retire one build's snapshot; True when it was dropped."""
+    async def retire(self, ticket: dict[str, Any]) -> bool:
+        """Retire the snapshot a finalize answer's `retire` object names; True when dropped."""
         ...
 
     async def close(self) -> None:
@@ -106,12 +106,12 @@ class ServiceTarget:
             raise self._classify(exc) from None
         return finalized.to_answer()
 
-    async def retire(self, rollout_id: str, build: dict[str, Any], source: str | None) -> bool:
+    async def retire(self, ticket: dict[str, Any]) -> bool:
         """POST /retire."""
         from token_finalizer_client import FinalizerError
 
         try:
-            return await self._client.retire(rollout_id=rollout_id, build=build, source=source)
+            return await self._client.retire(ticket)
         except FinalizerError as exc:
             raise self._classify(exc) from None
 
@@ -134,24 +134,35 @@ class InProcessTarget:
 
     async def finalize(self, record: dict[str, Any]) -> dict[str, Any]:
         """The service's finalize step (numpy token arrays left as they are)."""
-        from token_finalizer.service.finalizing import finalize
+        from token_finalizer.service.finalizing import finalize_one
 
         try:
-            result = await finalize(self._state, record, self._source, self._run_id)
+            result = await finalize_one(self._state, record, self._source, self._run_id)
         except ServiceError as refusal:
             raise _classified_refusal(refusal) from None
         return result.answer
 
-    async def retire(self, rollout_id: str, build: dict[str, Any], source: str | None) -> bool:
-        """The service's retire step."""
-        from token_finalizer.service.retiring import retire
+    async def retire(self, ticket: dict[str, Any]) -> bool:
+        """The service's retire step.
 
-        body = {"rollout_id": rollout_id, "build": build, "source": source}
+        Tickets are verified when `retire.key` is configured. Without one, the
+        finalize that minted them ran in another process under a key of its
+        own, and this process, which opens the store itself, reads the
+        output file's tickets as they are.
+        """
+        from token_finalizer.service.retiring import retire_one, retire_ticket
+        from token_finalizer.service.tickets import TicketSigner
+
         try:
-            answer = await retire(self._state, body)
+            if self._state.settings.retire.key:
+                await retire_one(self._state, ticket)
+            else:
+                await retire_ticket(self._state, TicketSigner.read_unverified(ticket))
+        except StaleSnapshot:
+            return False
         except ServiceError as refusal:
             raise _classified_refusal(refusal) from None
-        return bool(answer["retired"])
+        return True
 
     async def close(self) -> None:
         """Close the sources this target opened."""

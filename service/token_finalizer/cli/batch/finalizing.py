@@ -1,0 +1,179 @@
+"""`token-finalizer finalize`: every line of IN answered in OUT, in input order, then fsynced.
+
+OUT holds one line per IN line: the finalize answer object, or
+`{"line": N, "error": ...}` for a line that is not a JSON object (or that the
+service refused), so nothing is dropped silently. OUT is flushed and fsynced
+before the command returns, after a stop or an interrupt too; only then is it
+safe to run `retire`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from token_finalizer.cli.batch.arguments import open_target, readable_input
+from token_finalizer.cli.batch.lines import Line, fsync, read_jsonl
+from token_finalizer.cli.batch.progress import Progress
+from token_finalizer.cli.batch.running import (
+    EXIT_OK,
+    EXIT_STOPPED,
+    UsageError,
+    in_order,
+    run_command,
+)
+
+if TYPE_CHECKING:
+    from token_finalizer.cli.batch.targets import BatchTarget
+
+__all__ = ["finalize_command"]
+
+
+@dataclass(slots=True)
+class _Written:
+    """One encoded output line and what the summary counts about it."""
+
+    number: int
+    payload: bytes
+    outcome: str  # finalized, masked, no_build, bad_line
+    reason: str | None = None
+    retirable: bool = False
+    error: str | None = None
+
+
+@dataclass
+class _FinalizeSummary:
+    lines: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+    retirable: int = 0
+
+    def count(self, written: _Written) -> None:
+        self.lines += 1
+        self.outcomes[written.outcome] += 1
+        self.retirable += written.retirable
+        if written.reason is not None:
+            self.reasons[written.reason] += 1
+
+    def text(self, output: Path) -> str:
+        by_reason = ", ".join(f"{reason}: {n}" for reason, n in sorted(self.reasons.items()))
+        bad = self.outcomes["bad_line"]
+        return (
+            f"finalize: {self.lines} lines -> {output}: "
+            f"{self.outcomes['finalized']} finalized ({self.retirable} retirable), "
+            f"{self.outcomes['masked']} masked{f' ({by_reason})' if by_reason else ''}, "
+            f"{self.outcomes['no_build']} no build, {bad} bad line{'' if bad == 1 else 's'}\n"
+        )
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    import orjson
+
+    # In-process answers keep token fields as numpy arrays: encoded as they are.
+    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _mask_reason(build: Any) -> str | None:
+    """The machine-readable mask reason a finalize answer's build carries."""
+    if not isinstance(build, dict) or not build.get("mask_sample"):
+        return None
+    reason = build.get("mask_reason")
+    return reason if isinstance(reason, str) else "unknown"
+
+
+def _answer_line(number: int, answer: dict[str, Any]) -> _Written:
+    build = answer.get("build")
+    reason = _mask_reason(build)
+    outcome = "no_build" if build is None else "finalized" if reason is None else "masked"
+    retirable = bool(answer.get("retirable"))
+    return _Written(number, _encode(answer), outcome, reason=reason, retirable=retirable)
+
+
+def _error_line(number: int, message: str) -> _Written:
+    return _Written(number, _encode({"line": number, "error": message}), "bad_line", error=message)
+
+
+async def _finalize_line(target: BatchTarget, line: Line) -> _Written:
+    from token_finalizer.cli.batch.targets import BatchAbortedError, LineRefusedError
+
+    if line.data is None:
+        return _error_line(line.number, line.error or "unreadable line")
+    try:
+        answer = await target.finalize(line.data)
+    except LineRefusedError as exc:
+        return _error_line(line.number, str(exc))
+    except BatchAbortedError as exc:
+        raise BatchAbortedError(f"line {line.number}: {exc}") from None
+    # Encoded here, inside the concurrency window: bytes are far smaller than
+    # the decoded answer while it waits for the lines before it.
+    return _answer_line(line.number, answer)
+
+
+@contextlib.contextmanager
+def _per_record_warnings_muted() -> Iterator[None]:
+    """Silence the service's per-record warnings while a batch runs in this process.
+
+    Each masked record logs one; here every one of them is in OUT and counted
+    in the summary, and thousands of them would bury the lines that matter.
+    """
+    service_logger = logging.getLogger("token_finalizer")
+    level = service_logger.level
+    service_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        service_logger.setLevel(level)
+
+
+def _finalize(args: argparse.Namespace) -> int:
+    source_path = readable_input(args.input)
+    output_path: Path = args.output
+    if output_path.exists() and output_path.resolve() == source_path.resolve():
+        raise UsageError("the output must not be the input file")
+    target = open_target(args)
+    summary = _FinalizeSummary()
+    progress = Progress("finalize", source_path.stat().st_size)
+    with (
+        _per_record_warnings_muted(),
+        open(source_path, "rb") as reader,
+        open(output_path, "wb") as writer,
+    ):
+
+        def write(written: _Written) -> None:
+            writer.write(written.payload + b"\n")
+            summary.count(written)
+            progress.done_line()
+            if written.error is not None:
+                progress.report(written.number, written.error)
+
+        try:
+            stopped = asyncio.run(
+                in_order(
+                    target, _finalize_line, read_jsonl(reader, progress), args.concurrency, write
+                )
+            )
+        finally:
+            # Durable before anyone may retire: also after a stop or an interrupt.
+            fsync(writer, output_path)
+            progress.finish()
+    sys.stderr.write(summary.text(output_path))
+    if stopped is not None:
+        sys.stderr.write(
+            f"finalize: stopped at {stopped}\n"
+            f"finalize: {output_path} holds the first {summary.lines} lines only\n"
+        )
+        return EXIT_STOPPED
+    return EXIT_OK
+
+
+def finalize_command(args: argparse.Namespace) -> int:
+    """Finalize every line of IN into OUT, in order, then fsync OUT; the exit status."""
+    return run_command(_finalize, args, "finalize")

@@ -1,0 +1,68 @@
+"""JSONL in and out: input lines parsed one at a time, and an output made durable."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from token_finalizer.cli.batch.progress import Progress
+
+__all__ = ["Line", "fsync", "read_jsonl"]
+
+
+@dataclass(slots=True)
+class Line:
+    """One input line: its parsed object, or why it is not one."""
+
+    number: int
+    data: dict[str, Any] | None
+    error: str | None = None
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "null" if value is None else "a number"
+
+
+def _parse_line(number: int, raw: bytes) -> Line:
+    """Input line `number` as a JSON object, or the reason it is not one."""
+    from token_finalizer.core.codec import loads_json
+
+    text = raw.rstrip(b"\r\n")
+    if not text.strip():
+        return Line(number, None, "empty line; expected a JSON object")
+    try:
+        value = loads_json(text)
+    except ValueError as exc:
+        return Line(number, None, f"not valid JSON: {exc}")
+    if not isinstance(value, dict):
+        return Line(number, None, f"not a JSON object (got {_json_kind(value)})")
+    return Line(number, value)
+
+
+def read_jsonl(handle: IO[bytes], progress: Progress) -> Iterator[Line]:
+    """Every line of `handle`, numbered from 1 and parsed, lazily; `progress` counts the bytes."""
+    for number, raw in enumerate(handle, start=1):
+        progress.advance(len(raw))
+        yield _parse_line(number, raw)
+
+
+def fsync(handle: IO[bytes], path: Path) -> None:
+    """Flush and fsync the file `handle` writes at `path`, and the directory entry naming it."""
+    handle.flush()
+    os.fsync(handle.fileno())
+    # A new file's directory entry is durable only once its directory is synced.
+    directory = os.open(path.resolve().parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -1,0 +1,69 @@
+"""Stores under test: the same semantic tests run against every local store kind.
+
+`store` is a memory, a file and a redis store in turn; `admin_store` the two
+that also offer status, rollout_ids, delete and sweep (the file store's are
+plain methods, the redis store's coroutines: `call` awaits either).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.redis import redis_url as find_redis_url
+from tests.support.redis import unique_prefix
+from token_finalizer import FileTokenStore, MemoryTokenStore
+from token_finalizer.sources.redis import RedisTokenStore
+
+STORE_KINDS = ("memory", "file", "redis")
+ADMIN_KINDS = ("file", "redis")
+
+
+async def call(result: Any) -> Any:
+    """The value of a store method's result, awaited when it is a coroutine."""
+    return await result if inspect.isawaitable(result) else result
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The URL of the test Redis (fails clearly when none answers)."""
+    return find_redis_url()
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test alone; its keys are deleted afterwards."""
+    with unique_prefix(redis_url) as prefix:
+        yield prefix
+
+
+def open_store(request: pytest.FixtureRequest, kind: str, directory: Path) -> Any:
+    """A fresh store of `kind` (redis: under this test's own prefix)."""
+    if kind == "memory":
+        return MemoryTokenStore()
+    if kind == "file":
+        return FileTokenStore(directory)
+    return RedisTokenStore(
+        request.getfixturevalue("redis_url"),
+        key_prefix=request.getfixturevalue("redis_prefix"),
+    )
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """An empty memory, file, then redis store."""
+    opened = open_store(request, request.param, tmp_path / "capture")
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture(params=ADMIN_KINDS)
+async def admin_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """An empty file, then redis store (the kinds with status, sweep and delete)."""
+    opened = open_store(request, request.param, tmp_path / "capture")
+    yield opened
+    await opened.close()
