@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from token_finalizer.core.codec import dumps_entry_line
+from token_finalizer.core.codec import dumps_entry_line, loads_json
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.errors import TokenEntryError
 
@@ -28,3 +28,11 @@ def entry_payload(entry: object) -> tuple[TokenEntry, bytes]:
         payload = model_dump()
     parsed = TokenEntry.from_dict(payload)
     return parsed, dumps_entry_line(payload)
+
+
+def same_payload(stored: bytes, line: bytes) -> bool:
+    """Whether two entry lines hold the same payload (another encoder's bytes may differ)."""
+    try:
+        return bool(loads_json(stored) == loads_json(line))
+    except ValueError:  # an unreadable stored line is not the same payload
+        return False

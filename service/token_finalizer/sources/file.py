@@ -31,7 +31,7 @@ from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, TokenEntryError
 from token_finalizer.core.identity import check_store_id
-from token_finalizer.sources._entries import entry_payload
+from token_finalizer.sources._entries import entry_payload, same_payload
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
 
 __all__ = ["FileTokenStore", "FrozenLines", "SweptCapture"]
@@ -233,7 +233,7 @@ class FileTokenStore:
             if decision is PutDecision.CONFLICT:
                 # Another serializer may have written the same payload with other bytes.
                 stored = self._stored_line(paths, parsed.model_call_id)
-                if stored is not None and loads_json(stored) == loads_json(line):
+                if stored is not None and same_payload(stored, line):
                     return
                 self._mark_incomplete_locked(paths, state, parsed.rollout_id, parsed.model_call_id)
                 raise CaptureConflict(

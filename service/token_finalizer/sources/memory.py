@@ -10,7 +10,7 @@ from typing import Any
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict
 from token_finalizer.core.identity import check_store_id
-from token_finalizer.sources._entries import entry_payload
+from token_finalizer.sources._entries import entry_payload, same_payload
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
 
 __all__ = ["MemoryTokenStore"]
@@ -20,6 +20,7 @@ __all__ = ["MemoryTokenStore"]
 class _Rollout:
     state: CaptureState = field(default_factory=CaptureState)
     entries: dict[str, TokenEntry] = field(default_factory=dict)
+    lines: dict[str, bytes] = field(default_factory=dict)
     intents: set[str] = field(default_factory=set)
     failed_calls: list[str] = field(default_factory=list)
 
@@ -42,6 +43,13 @@ class MemoryTokenStore:
             rollout = self._rollout(parsed.rollout_id)
             rollout.state.check_writable(parsed.rollout_id)
             decision = rollout.state.decide_put(parsed.model_call_id, digest)
+            stored = rollout.lines.get(parsed.model_call_id)
+            if (
+                decision is PutDecision.CONFLICT
+                and stored is not None
+                and same_payload(stored, line)
+            ):
+                return  # the same payload, serialized by another encoder
             if decision is PutDecision.SAME:
                 return
             if decision is PutDecision.CONFLICT:
@@ -52,6 +60,7 @@ class MemoryTokenStore:
                     "was already stored with a different payload"
                 )
             rollout.entries[parsed.model_call_id] = parsed
+            rollout.lines[parsed.model_call_id] = line
             rollout.state.record_put(parsed.model_call_id, digest)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:

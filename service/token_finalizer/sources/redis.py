@@ -44,19 +44,22 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from token_finalizer._constants import DEFAULT_HTTP_TIMEOUT_S, PARSE_IN_THREAD_MIN_BYTES
-from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import (
     CaptureConflict,
     CaptureCorrupt,
     SourceUnavailable,
+    StoreUnreachable,
     TokenEntryError,
 )
 from token_finalizer.core.identity import check_store_id
-from token_finalizer.sources._entries import entry_payload
+from token_finalizer.core.redaction import redact, redacted_url
+from token_finalizer.sources._entries import entry_payload, same_payload
 from token_finalizer.sources._state import CaptureState, line_digest
 from token_finalizer.sources.file import FrozenLines, SweptCapture
 
@@ -254,20 +257,6 @@ return {reason, tostring(age)}
 # -- configuration checks ----------------------------------------------------------------
 
 
-def redacted_url(url: str) -> str:
-    """`url` without credentials or query (where redis-py would read a password too)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "(an unparsable redis url)"
-    if ":" in host:
-        host = f"[{host}]"
-    where = f"{host}:{port}" if port is not None else host
-    return f"{parts.scheme}://{where}{parts.path}"
-
-
 def check_redis_url(url: object) -> str:
     """Return `url` when it is a redis:// or rediss:// URL naming a host, else ValueError."""
     if not isinstance(url, str) or not url:
@@ -311,14 +300,6 @@ def _milliseconds(seconds: float | None, what: str) -> int:
 def _prepared(entry: object) -> tuple[TokenEntry, bytes, str]:
     parsed, line = entry_payload(entry)
     return parsed, line, line_digest(line)
-
-
-def _same_payload(stored: bytes, line: bytes) -> bool:
-    """Whether another serializer's bytes carry the same payload (the file store's test)."""
-    try:
-        return bool(loads_json(stored) == loads_json(line))
-    except ValueError:
-        return False
 
 
 def _parse_entries(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
@@ -418,8 +399,12 @@ class RedisTokenStore:
         return [tag + part for part in KEY_PARTS]
 
     def _unavailable(self, what: str, exc: BaseException) -> SourceUnavailable:
-        return SourceUnavailable(
-            f"redis store {self._where}: {what} failed: {type(exc).__name__}: {exc}"
+        # Connection trouble and timeouts mean the script never ran (or its
+        # answer was lost; every script may be repeated): a retry is safe.
+        unreachable = isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
+        error = StoreUnreachable if unreachable else SourceUnavailable
+        return error(
+            redact(f"redis store {self._where}: {what} failed: {type(exc).__name__}: {exc}")
         )
 
     def _check_open(self, what: str) -> None:
@@ -465,7 +450,7 @@ class RedisTokenStore:
                 return
             if status == b"mismatch":
                 stored_digest, stored_line = reply[1], reply[2]
-                if await asyncio.to_thread(_same_payload, stored_line, line):
+                if await asyncio.to_thread(same_payload, stored_line, line):
                     return
                 compared = stored_digest
                 continue

@@ -342,7 +342,7 @@ async def test_registry_reports_a_redis_source_reachable_or_not(redis_url: str) 
         await registry.close()
     assert reachability["up"] == {"reachable": True}
     assert reachability["down"]["reachable"] is False
-    assert "SourceUnavailable" in reachability["down"]["error"]
+    assert "StoreUnreachable" in reachability["down"]["error"]
     assert PASSWORD not in reachability["down"]["error"]
 
 
