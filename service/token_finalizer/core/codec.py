@@ -27,7 +27,11 @@ __all__ = [
     "Piece",
     "dumps_entry_line",
     "encode_json",
+    "has_long_digit_run",
     "ids_from_text",
+    "json_depth",
+    "json_type_name",
+    "loads_exact_json",
     "loads_json",
     "loads_strict_json",
     "loads_with_token_arrays",
@@ -325,3 +329,16 @@ def loads_exact_json(data: bytes | bytearray, *, allow_non_finite: bool = False)
         return json.loads(data, parse_constant=_refuse_constant)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def json_type_name(value: Any) -> str:
+    """The JSON name of a parsed value's type: object, array, string, boolean, null, number."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"

@@ -9,13 +9,23 @@ every store byte for byte. See docs/records-and-builds.md#lineage-fields.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from token_finalizer.core.errors import TokenEntryError
 
-__all__ = ["LINEAGE_FIELDS", "PARENT_RESOLUTIONS", "Lineage", "parse_lineage"]
+__all__ = [
+    "LINEAGE_FIELDS",
+    "PARENT_RESOLUTIONS",
+    "CallView",
+    "Lineage",
+    "lineage_field",
+    "parse_lineage",
+]
 
 ROOT = "root"
 RESOLVED = "resolved"
@@ -113,3 +123,31 @@ def parse_lineage(data: Mapping[str, Any]) -> Lineage:
     if lineage.prompt_is_delta and (resolution != RESOLVED or not parent):
         raise TokenEntryError("a delta prompt (prompt_is_delta) needs a resolved parent_call_id")
     return lineage
+
+
+class CallView(Protocol):
+    """What attribution and resolution read from a captured call (a TokenEntry, or any
+    object with these attributes; lineage fields are read with `lineage_field`)."""
+
+    @property
+    def model_call_id(self) -> str: ...
+
+    @property
+    def prompt_token_ids(self) -> npt.NDArray[np.integer[Any]]: ...
+
+    @property
+    def generation_token_ids(self) -> npt.NDArray[np.integer[Any]]: ...
+
+    @property
+    def output_items(self) -> Sequence[Any]: ...
+
+
+_ABSENT = object()
+
+
+def lineage_field(entry: object, name: str) -> Any:
+    """A lineage field: the entry's own attribute, else its ``lineage`` record's, else None."""
+    value = getattr(entry, name, _ABSENT)
+    if value is _ABSENT:
+        value = getattr(getattr(entry, "lineage", None), name, None)
+    return value

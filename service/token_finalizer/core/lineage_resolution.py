@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,11 +31,11 @@ from token_finalizer.core.fingerprint import (
     assistant_fingerprint,
     context_digests,
 )
+from token_finalizer.core.lineage_fields import CallView, lineage_field
 from token_finalizer.core.token_digest import token_digest
 
 __all__ = [
     "MAX_DELTA_DEPTH",
-    "CommittedCall",
     "Resolution",
     "ResolutionMatch",
     "ResolutionRequestError",
@@ -54,25 +54,6 @@ UNRESOLVED = "unresolved"
 LOOKUP_ERROR = "lookup_error"
 
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
-
-
-class CommittedCall(Protocol):
-    """What resolution reads from a committed entry.
-
-    The lineage fields (``parent_call_id``, ``prompt_is_delta``, ``digest``,
-    ``cum_len``, ``continuation_*``, ``fingerprint_version``) are read from the
-    entry itself, else from its ``lineage`` attribute (an object holding them),
-    and count as absent when the entry type has neither.
-    """
-
-    @property
-    def model_call_id(self) -> str: ...
-
-    @property
-    def prompt_token_ids(self) -> npt.NDArray[np.integer[Any]]: ...
-
-    @property
-    def generation_token_ids(self) -> npt.NDArray[np.integer[Any]]: ...
 
 
 class ResolutionRequestError(ValueError):
@@ -102,7 +83,7 @@ class Resolution:
     match: ResolutionMatch | None
 
 
-def resolve_items(entries: Sequence[CommittedCall], request_items: Sequence[Any]) -> Resolution:
+def resolve_items(entries: Sequence[CallView], request_items: Sequence[Any]) -> Resolution:
     """Resolve a request given as items (fingerprint and digests are computed here)."""
     try:
         fingerprint = assistant_fingerprint(request_items)
@@ -115,7 +96,7 @@ def resolve_items(entries: Sequence[CommittedCall], request_items: Sequence[Any]
 
 
 def resolve_lineage(
-    entries: Sequence[CommittedCall],
+    entries: Sequence[CallView],
     fingerprint: str,
     fingerprint_version: int,
     context_digests: Sequence[str],
@@ -133,7 +114,7 @@ def resolve_lineage(
 
 
 def cumulative_token_ids(
-    entry: CommittedCall, by_call_id: Mapping[str, CommittedCall]
+    entry: CallView, by_call_id: Mapping[str, CallView]
 ) -> npt.NDArray[np.integer[Any]]:
     """The call's full prompt + generation, rebuilding a delta prompt from its parents.
 
@@ -142,10 +123,10 @@ def cumulative_token_ids(
     counted from this entry, so the answer does not depend on which entries
     were rebuilt before.
     """
-    deltas: list[CommittedCall] = []
+    deltas: list[CallView] = []
     visited: set[str] = set()
     current = entry
-    while _attr(current, "prompt_is_delta"):
+    while lineage_field(current, "prompt_is_delta"):
         if current.model_call_id in visited:
             raise ValueError(f"delta chain of {entry.model_call_id} has a cycle")
         if len(deltas) == MAX_DELTA_DEPTH:
@@ -154,7 +135,7 @@ def cumulative_token_ids(
             )
         visited.add(current.model_call_id)
         deltas.append(current)
-        parent_id = _attr(current, "parent_call_id")
+        parent_id = lineage_field(current, "parent_call_id")
         parent = by_call_id.get(parent_id) if parent_id else None
         if parent is None:
             raise ValueError(f"delta entry {current.model_call_id} has no parent {parent_id!r}")
@@ -168,9 +149,7 @@ def cumulative_token_ids(
     return np.concatenate(non_empty) if non_empty else np.empty(0, dtype=np.int64)
 
 
-def _resolve(
-    entries: Sequence[CommittedCall], fingerprint: str, digests: Sequence[str]
-) -> Resolution:
+def _resolve(entries: Sequence[CallView], fingerprint: str, digests: Sequence[str]) -> Resolution:
     by_call_id = _unique_by_call_id(entries)
     candidates = [entry for entry in by_call_id.values() if _continues(entry, fingerprint, digests)]
     if len(candidates) > 1 and _interchangeable(candidates, by_call_id):
@@ -182,50 +161,50 @@ def _resolve(
     return Resolution(RESOLVED, "", _match(candidates[0], by_call_id))
 
 
-def _continues(entry: CommittedCall, fingerprint: str, digests: Sequence[str]) -> bool:
+def _continues(entry: CallView, fingerprint: str, digests: Sequence[str]) -> bool:
     """Whether the request continues ``entry``: same fingerprint, same starting context."""
-    if _attr(entry, "continuation_fingerprint") != fingerprint:
+    if lineage_field(entry, "continuation_fingerprint") != fingerprint:
         return False
-    if _attr(entry, "fingerprint_version") not in (None, FINGERPRINT_VERSION):
+    if lineage_field(entry, "fingerprint_version") not in (None, FINGERPRINT_VERSION):
         return False
-    context_digest = _attr(entry, "continuation_context_digest")
-    context_len = _attr(entry, "continuation_context_len") or 0
+    context_digest = lineage_field(entry, "continuation_context_digest")
+    context_len = lineage_field(entry, "continuation_context_len") or 0
     # No recorded context digest: nothing proves the context, so never match.
     if not context_digest or not isinstance(context_len, int):
         return False
     return 0 <= context_len < len(digests) and digests[context_len] == context_digest
 
 
-def _interchangeable(candidates: list[CommittedCall], by_call_id: dict[str, CommittedCall]) -> bool:
+def _interchangeable(candidates: list[CallView], by_call_id: dict[str, CallView]) -> bool:
     """Whether all candidates name one cumulative sequence by the same non-empty digest."""
-    first_digest = _attr(candidates[0], "digest")
+    first_digest = lineage_field(candidates[0], "digest")
     if not first_digest:
         return False
-    if any(_attr(other, "digest") != first_digest for other in candidates[1:]):
+    if any(lineage_field(other, "digest") != first_digest for other in candidates[1:]):
         return False
     return len({_cumulative_length(entry, by_call_id) for entry in candidates}) == 1
 
 
-def _match(entry: CommittedCall, by_call_id: dict[str, CommittedCall]) -> ResolutionMatch:
+def _match(entry: CallView, by_call_id: dict[str, CallView]) -> ResolutionMatch:
     try:
         tokens = cumulative_token_ids(entry, by_call_id)
-        digest = _attr(entry, "digest") or ""
+        digest = lineage_field(entry, "digest") or ""
         if digest and token_digest(tokens) != digest:
             raise _BrokenLineage(f"rebuilt tokens of {entry.model_call_id} fail their digest")
     except ValueError as error:
         raise _BrokenLineage(str(error)) from error
-    cum_len = _attr(entry, "cum_len")
+    cum_len = lineage_field(entry, "cum_len")
     if cum_len is not None and cum_len != len(tokens):
         # A child would cut its prompt at prev_len; a wrong length would corrupt it.
         raise _BrokenLineage(f"cum_len of {entry.model_call_id} is not its sequence length")
     return ResolutionMatch(entry.model_call_id, tokens, digest, len(tokens))
 
 
-def _cumulative_length(entry: CommittedCall, by_call_id: dict[str, CommittedCall]) -> int:
-    cum_len = _attr(entry, "cum_len")
+def _cumulative_length(entry: CallView, by_call_id: dict[str, CallView]) -> int:
+    cum_len = lineage_field(entry, "cum_len")
     if cum_len is not None:
         return int(cum_len)
-    if not _attr(entry, "prompt_is_delta"):
+    if not lineage_field(entry, "prompt_is_delta"):
         return len(entry.prompt_token_ids) + len(entry.generation_token_ids)
     try:
         return len(cumulative_token_ids(entry, by_call_id))
@@ -233,9 +212,9 @@ def _cumulative_length(entry: CommittedCall, by_call_id: dict[str, CommittedCall
         raise _BrokenLineage(str(error)) from error
 
 
-def _unique_by_call_id(entries: Sequence[CommittedCall]) -> dict[str, CommittedCall]:
+def _unique_by_call_id(entries: Sequence[CallView]) -> dict[str, CallView]:
     """Entries by call id, in commit order; a repeat must be an exact copy of the first."""
-    by_call_id: dict[str, CommittedCall] = {}
+    by_call_id: dict[str, CallView] = {}
     for entry in entries:
         first = by_call_id.setdefault(entry.model_call_id, entry)
         if first is not entry and not _same_payload(first, entry):
@@ -255,9 +234,9 @@ _LINEAGE_FIELDS = (
 )
 
 
-def _same_payload(first: CommittedCall, repeat: CommittedCall) -> bool:
+def _same_payload(first: CallView, repeat: CallView) -> bool:
     return (
-        all(_attr(first, name) == _attr(repeat, name) for name in _LINEAGE_FIELDS)
+        all(lineage_field(first, name) == lineage_field(repeat, name) for name in _LINEAGE_FIELDS)
         and np.array_equal(first.prompt_token_ids, repeat.prompt_token_ids)
         and np.array_equal(first.generation_token_ids, repeat.generation_token_ids)
     )
@@ -274,14 +253,3 @@ def _check_request(fingerprint: str, version: int, digests: Sequence[str]) -> No
         raise ResolutionRequestError("context_digests must be a non-empty list")
     if not all(isinstance(digest, str) and _HEX_DIGEST.fullmatch(digest) for digest in digests):
         raise ResolutionRequestError("every context digest must be 64 lowercase hex digits")
-
-
-_ABSENT = object()
-
-
-def _attr(entry: object, name: str) -> Any:
-    """A lineage field: the entry's own attribute, else its ``lineage`` record's, else None."""
-    value = getattr(entry, name, _ABSENT)
-    if value is _ABSENT:
-        value = getattr(getattr(entry, "lineage", None), name, None)
-    return value

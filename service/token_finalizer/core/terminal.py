@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,11 +26,11 @@ from token_finalizer.core.fingerprint import (
     assistant_fingerprint,
     is_model_authored,
 )
+from token_finalizer.core.lineage_fields import CallView, lineage_field
 
 __all__ = [
     "TERMINAL_CALL_KEY",
     "TERMINAL_RESPONSE_ID_KEY",
-    "AttributableCall",
     "TerminalAttribution",
     "attribute_terminal",
     "declared_response_id",
@@ -41,28 +41,6 @@ TERMINAL_CALL_KEY = "_ng_terminal_model_call_id"
 TERMINAL_RESPONSE_ID_KEY = "terminal_response_id"
 
 NO_METHOD = "none"
-
-
-class AttributableCall(Protocol):
-    """What attribution reads from a captured call.
-
-    The lineage fields (``response_id``, ``digest``, ``cum_len``,
-    ``continuation_fingerprint``, ``fingerprint_version``) are read from the
-    entry itself, else from its ``lineage`` attribute (an object holding them),
-    and count as absent when the entry type has neither.
-    """
-
-    @property
-    def model_call_id(self) -> str: ...
-
-    @property
-    def prompt_token_ids(self) -> npt.NDArray[np.integer[Any]]: ...
-
-    @property
-    def generation_token_ids(self) -> npt.NDArray[np.integer[Any]]: ...
-
-    @property
-    def output_items(self) -> Sequence[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -98,7 +76,7 @@ def declared_response_id(record: Mapping[str, Any]) -> str | None:
 
 
 def attribute_terminal(
-    entries: Sequence[AttributableCall], record: Mapping[str, Any]
+    entries: Sequence[CallView], record: Mapping[str, Any]
 ) -> TerminalAttribution:
     """Attribute the record's scored response to one call of the raw snapshot."""
     try:
@@ -112,10 +90,10 @@ def attribute_terminal(
 
 
 def _attribute(
-    entries: Sequence[AttributableCall], record: Mapping[str, Any], declared: bool
+    entries: Sequence[CallView], record: Mapping[str, Any], declared: bool
 ) -> TerminalAttribution:
     reasons: list[str] = []
-    witnesses: list[tuple[str, AttributableCall]] = []
+    witnesses: list[tuple[str, CallView]] = []
 
     def unattributed() -> TerminalAttribution:
         return TerminalAttribution(NO_METHOD, None, ",".join(reasons), declared)
@@ -132,7 +110,7 @@ def _attribute(
 
     declared_id = declared_response_id(record)
     if declared_id is not None:
-        claimed = [entry for entry in entries if _attr(entry, "response_id") == declared_id]
+        claimed = [entry for entry in entries if lineage_field(entry, "response_id") == declared_id]
         winner = _collapse(claimed)
         if winner is None:
             # The harness said which response it kept; picking another call
@@ -161,10 +139,10 @@ def _attribute(
 
 
 def _response_id_witness(
-    entries: Sequence[AttributableCall],
+    entries: Sequence[CallView],
     response: dict[str, Any],
     reasons: list[str],
-    witnesses: list[tuple[str, AttributableCall]],
+    witnesses: list[tuple[str, CallView]],
 ) -> None:
     response_id = str(response.get("id") or "")
     if not response_id:
@@ -173,7 +151,7 @@ def _response_id_witness(
     served = [
         entry
         for entry in entries
-        if (served_id := _attr(entry, "response_id")) and served_id == response_id
+        if (served_id := lineage_field(entry, "response_id")) and served_id == response_id
     ]
     if not served:
         reasons.append("response_id_no_match")
@@ -186,10 +164,10 @@ def _response_id_witness(
 
 
 def _content_witness(
-    entries: Sequence[AttributableCall],
+    entries: Sequence[CallView],
     response: dict[str, Any],
     reasons: list[str],
-    witnesses: list[tuple[str, AttributableCall]],
+    witnesses: list[tuple[str, CallView]],
 ) -> None:
     """Match the response's model-authored content against three readings per call.
 
@@ -216,11 +194,11 @@ def _content_witness(
 
     # Keyed by call id: a later copy of a duplicated id that matches replaces
     # the earlier one.
-    matches: dict[str, AttributableCall] = {}
+    matches: dict[str, CallView] = {}
     from_continuation = False
     for entry in entries:
-        continuation = _attr(entry, "continuation_fingerprint")
-        version = _attr(entry, "fingerprint_version")
+        continuation = lineage_field(entry, "continuation_fingerprint")
+        version = lineage_field(entry, "fingerprint_version")
         if (
             continuation
             and continuation == target
@@ -248,7 +226,7 @@ def _trailing_model_fingerprint(items: list[dict[str, Any]]) -> str:
     return assistant_fingerprint(items[start:])
 
 
-def _own_output_fingerprint(entry: AttributableCall) -> str:
+def _own_output_fingerprint(entry: CallView) -> str:
     """Fingerprint of a call's own output items; "" when absent or unfingerprintable."""
     if not entry.output_items:
         return ""
@@ -258,7 +236,7 @@ def _own_output_fingerprint(entry: AttributableCall) -> str:
         return ""
 
 
-def _collapse(candidates: Sequence[AttributableCall]) -> AttributableCall | None:
+def _collapse(candidates: Sequence[CallView]) -> CallView | None:
     """One call standing for ``candidates`` if they all carry the same token sequence.
 
     Identical retries train identically, so the smallest call id stands for
@@ -274,14 +252,14 @@ def _collapse(candidates: Sequence[AttributableCall]) -> AttributableCall | None
     return min(candidates, key=lambda entry: entry.model_call_id)
 
 
-def _sequence_identity(entry: AttributableCall) -> tuple[object, ...]:
+def _sequence_identity(entry: CallView) -> tuple[object, ...]:
     """(digest, cum_len) when the writer recorded both, else the stored token arrays.
 
     The two kinds are tagged differently on purpose: a call with a digest and
     one without never count as the same sequence.
     """
-    digest = _attr(entry, "digest")
-    cum_len = _attr(entry, "cum_len")
+    digest = lineage_field(entry, "digest")
+    cum_len = lineage_field(entry, "cum_len")
     if digest and cum_len is not None:
         return ("digest", digest, cum_len)
     return ("tokens", _token_key(entry.prompt_token_ids), _token_key(entry.generation_token_ids))
@@ -291,17 +269,6 @@ def _token_key(ids: npt.NDArray[np.integer[Any]]) -> tuple[int, bytes]:
     """A hashable, dtype-independent key of a token array."""
     array = np.asarray(ids)
     return (array.size, array.astype(np.int64, copy=False).tobytes())
-
-
-_ABSENT = object()
-
-
-def _attr(entry: object, name: str) -> Any:
-    """A lineage field: the entry's own attribute, else its ``lineage`` record's, else None."""
-    value = getattr(entry, name, _ABSENT)
-    if value is _ABSENT:
-        value = getattr(getattr(entry, "lineage", None), name, None)
-    return value
 
 
 def _given(value: Any) -> str | None:

@@ -16,7 +16,7 @@ import anyio.to_thread
 from starlette.requests import ClientDisconnect, Request
 
 from token_finalizer._constants import MAX_JSON_DEPTH, PARSE_IN_THREAD_MIN_BYTES
-from token_finalizer.core.codec import json_depth, loads_exact_json
+from token_finalizer.core.codec import json_depth, json_type_name, loads_exact_json
 from token_finalizer.web.errors import HttpError
 
 __all__ = ["JsonBody", "read_json_object"]
@@ -82,18 +82,6 @@ def _check_media_type(request: Request, invalid_status: int) -> None:
         )
 
 
-def _json_type(value: Any) -> str:
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if value is None:
-        return "null"
-    return "number"
-
-
 async def read_json_object(
     request: Request,
     *,
@@ -144,6 +132,6 @@ async def read_json_object(
     if not isinstance(data, dict):
         raise HttpError(
             invalid_status,
-            f"request body must be a JSON object, got a JSON {_json_type(data)}",
+            f"request body must be a JSON object, got a JSON {json_type_name(data)}",
         )
     return JsonBody(data=data, size=len(body))

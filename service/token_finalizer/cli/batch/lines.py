@@ -23,19 +23,9 @@ class Line:
     error: str | None = None
 
 
-def _json_kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    return "null" if value is None else "a number"
-
-
 def _parse_line(number: int, raw: bytes) -> Line:
     """Input line `number` as a JSON object, or the reason it is not one."""
-    from token_finalizer.core.codec import loads_json
+    from token_finalizer.core.codec import json_type_name, loads_json
 
     text = raw.rstrip(b"\r\n")
     if not text.strip():
@@ -45,7 +35,9 @@ def _parse_line(number: int, raw: bytes) -> Line:
     except ValueError as exc:
         return Line(number, None, f"not valid JSON: {exc}")
     if not isinstance(value, dict):
-        return Line(number, None, f"not a JSON object (got {_json_kind(value)})")
+        kind = json_type_name(value)
+        article = "" if kind == "null" else "an " if kind == "array" else "a "
+        return Line(number, None, f"not a JSON object (got {article}{kind})")
     return Line(number, value)
 
 
