@@ -25,6 +25,7 @@ from token_finalizer._constants import ZSTD_LEVEL, ZSTD_STREAM_INPUT_BYTES, ZSTD
 __all__ = [
     "CodecError",
     "Piece",
+    "PromptReuse",
     "dumps_entry_line",
     "encode_json",
     "has_long_digit_run",
@@ -46,7 +47,9 @@ Piece = bytes | memoryview
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _EMPTY_IDS = np.empty(0, dtype=np.int32)
 _ID_BYTES = b"0123456789,"
-_LIFTED_KEYS = (b'"prompt_token_ids":[', b'"generation_token_ids":[')
+_PROMPT_KEY = b'"prompt_token_ids":['
+_LIFTED_KEYS = (_PROMPT_KEY, b'"generation_token_ids":[')
+_COMMA_BYTE = ord(",")
 _LIFTED_NAMES = frozenset({"prompt_token_ids", "generation_token_ids"})
 # A string no real token field holds; the index after it says which array it stands for.
 _PLACEHOLDER = "\u0000lifted:"
@@ -161,8 +164,67 @@ def _restore(data: Any, arrays: list[np.ndarray]) -> bool:
     return all(used)
 
 
-def loads_with_token_arrays(content: bytes) -> Any:
-    """`loads_json` of an entry or a snapshot, its token id arrays parsed by numpy."""
+class PromptReuse:
+    """Parses a prompt that extends the one before it by parsing only its new tail.
+
+    An agent's capture stores each call's whole context as its prompt, so a
+    100-call rollout spells its first tokens 100 times. When a prompt's text
+    starts with the previous prompt's text (plus a comma), only the tail is
+    parsed, appended to one growing buffer, and the prompt is a view of that
+    buffer: parsing costs O(final context) instead of O(calls x context), and
+    so does memory. Any other prompt is parsed whole and starts a new buffer.
+    Text equality is exact token equality: the digits are compared byte for byte.
+    """
+
+    __slots__ = ("_buffer", "_length", "_text")
+
+    def __init__(self) -> None:
+        self._text = b""
+        self._buffer = _EMPTY_IDS
+        self._length = 0
+
+    def parse(self, segment: bytes) -> np.ndarray | None:
+        """The ids of one prompt's text (`1,2,3`); None when the text is not plain ids."""
+        previous = self._text
+        if (
+            previous
+            and len(segment) > len(previous)
+            and segment[len(previous)] == _COMMA_BYTE
+            and segment.startswith(previous)
+        ):
+            tail = ids_from_text(segment[len(previous) + 1 :])
+            if tail is None:
+                return None
+            self._append(tail)
+        elif previous and segment == previous:
+            pass
+        else:
+            ids = ids_from_text(segment)
+            if ids is None:
+                return None
+            self._buffer, self._length = _EMPTY_IDS, 0
+            self._append(ids)
+        self._text = segment
+        view = self._buffer[: self._length]
+        view.flags.writeable = False
+        return view
+
+    def _append(self, ids: np.ndarray) -> None:
+        end = self._length + len(ids)
+        if end > len(self._buffer):
+            grown = np.empty(max(end, 2 * len(self._buffer), 1024), dtype=np.int32)
+            grown[: self._length] = self._buffer[: self._length]
+            self._buffer = grown  # views handed out earlier keep the old buffer alive
+        self._buffer[self._length : end] = ids
+        self._length = end
+
+
+def loads_with_token_arrays(content: bytes, *, prompts: PromptReuse | None = None) -> Any:
+    """`loads_json` of an entry or a snapshot, its token id arrays parsed by numpy.
+
+    Pass one `PromptReuse` across the entries of one capture (in put order) to
+    parse each prompt by its new tail only.
+    """
     pieces: list[bytes] = []
     arrays: list[np.ndarray] = []
     cursor = 0
@@ -174,7 +236,12 @@ def loads_with_token_arrays(content: bytes) -> Any:
         start, key = min(found)
         begin = start + len(key)
         end = content.find(b"]", begin)
-        ids = ids_from_text(content[begin:end]) if end >= 0 else None
+        if end < 0:
+            ids = None
+        elif prompts is not None and key == _PROMPT_KEY:
+            ids = prompts.parse(content[begin:end])
+        else:
+            ids = ids_from_text(content[begin:end])
         if ids is None:  # not a plain list of ids: the ordinary parse handles it
             next_at[key] = content.find(key, begin)
             continue

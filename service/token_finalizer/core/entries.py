@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from token_finalizer._constants import TOKEN_ENTRY_SCHEMA_VERSION
-from token_finalizer.core.codec import loads_with_token_arrays
+from token_finalizer.core.codec import PromptReuse, loads_with_token_arrays
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.lineage_fields import Lineage, parse_lineage
@@ -169,12 +169,16 @@ class TokenEntry:
         )
 
     @classmethod
-    def from_json(cls, line: bytes | str) -> TokenEntry:
-        """Parse and validate one JSON-encoded TokenEntry."""
+    def from_json(cls, line: bytes | str, *, prompts: PromptReuse | None = None) -> TokenEntry:
+        """Parse and validate one JSON-encoded TokenEntry.
+
+        `prompts`, shared across the lines of one capture, parses each prompt
+        by what it adds to the previous one (see `codec.PromptReuse`).
+        """
         if isinstance(line, str):
             line = line.encode()
         try:
-            data = loads_with_token_arrays(line)
+            data = loads_with_token_arrays(line, prompts=prompts)
         except ValueError as exc:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
         return cls.from_dict(data)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
-from token_finalizer.core.codec import dumps_entry_line, loads_json
+from token_finalizer.core.codec import PromptReuse, dumps_entry_line, loads_json
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.errors import TokenEntryError
 
@@ -36,3 +36,21 @@ def same_payload(stored: bytes, line: bytes) -> bool:
         return bool(loads_json(stored) == loads_json(line))
     except ValueError:  # an unreadable stored line is not the same payload
         return False
+
+
+def parse_capture(lines: Iterable[bytes], rollout_id: str, where: str) -> tuple[TokenEntry, ...]:
+    """The entries of one rollout's stored lines (put order), first copy of each call id.
+
+    One `PromptReuse` across the lines parses each prompt by what it adds to
+    the one before. A line of another rollout is an error naming `where`.
+    """
+    prompts = PromptReuse()
+    entries: dict[str, TokenEntry] = {}
+    for line in lines:
+        if not line.strip():  # bytes.strip() returns the line itself when nothing is stripped
+            continue
+        entry = TokenEntry.from_json(line, prompts=prompts)
+        if entry.rollout_id != rollout_id:
+            raise TokenEntryError(f"{where} holds an entry of rollout {entry.rollout_id}")
+        entries.setdefault(entry.model_call_id, entry)
+    return tuple(entries.values())

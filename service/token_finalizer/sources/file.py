@@ -29,9 +29,9 @@ import orjson
 
 from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
-from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, TokenEntryError
+from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt
 from token_finalizer.core.identity import check_store_id
-from token_finalizer.sources._entries import entry_payload, same_payload
+from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
 
 __all__ = ["FileTokenStore", "FrozenLines", "SweptCapture"]
@@ -99,6 +99,16 @@ def _read_indexed(paths: _Paths, state: CaptureState) -> bytes:
             return handle.read(state.indexed_size)
     except FileNotFoundError:
         return b""
+
+
+def _lines(data: bytes) -> Iterator[bytes]:
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        if end < 0:
+            end = len(data)
+        yield data[start:end]
+        start = end + 1
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -292,22 +302,7 @@ class FileTokenStore:
         # rollout's capture is hundreds of MB, and buffered line reads plus
         # newline stripping would copy every line two more times.
         data = _read_indexed(paths, state)
-        entries: dict[str, TokenEntry] = {}
-        start = 0
-        while start < len(data):
-            end = data.find(b"\n", start)
-            if end < 0:
-                end = len(data)
-            line = data[start:end]
-            if line.strip():  # bytes.strip() returns the line itself when nothing is stripped
-                entry = TokenEntry.from_json(line)
-                if entry.rollout_id != rollout_id:
-                    raise TokenEntryError(
-                        f"{paths.jsonl.name} holds an entry of rollout {entry.rollout_id}"
-                    )
-                entries.setdefault(entry.model_call_id, entry)
-            start = end + 1
-        return tuple(entries.values())
+        return parse_capture(_lines(data), rollout_id, paths.jsonl.name)
 
     def _frozen(
         self, rollout_id: str, read: Callable[[_Paths, CaptureState], _Content]
@@ -387,6 +382,26 @@ class FileTokenStore:
         """Delete exactly that snapshot's data, keeping the state as a retired tombstone."""
         check_store_id(rollout_id)
         return await asyncio.to_thread(self._drop, rollout_id, snapshot_id, version)
+
+    def _committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        paths = _Paths(self.directory, rollout_id)
+        if not paths.state.exists():
+            return ()  # nothing acknowledged yet (and no lock file is created for a stranger)
+        with self._locked(paths, exclusive=False):
+            state = self._read_state(paths)
+            if state.retired:
+                return ()
+            # Only the indexed part: a line past it was never acknowledged to its writer.
+            return self._read_entries(paths, state, rollout_id)
+
+    async def committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        """The rollout's acknowledged entries in put order, read under the shared lock.
+
+        Read-only (lineage resolution of a rollout still being written): no
+        freeze, no tail indexing. A retired or unknown rollout has none.
+        """
+        check_store_id(rollout_id)
+        return await asyncio.to_thread(self._committed_entries, rollout_id)
 
     # -- administration ----------------------------------------------------
 

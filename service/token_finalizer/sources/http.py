@@ -34,7 +34,12 @@ from token_finalizer._constants import (
     HTTP_RETRY_BASE_DELAY_S,
     HTTP_RETRY_MAX_DELAY_S,
 )
-from token_finalizer.core.codec import loads_json, loads_with_token_arrays, zstd_decompress
+from token_finalizer.core.codec import (
+    PromptReuse,
+    loads_json,
+    loads_with_token_arrays,
+    zstd_decompress,
+)
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import (
     CaptureRetired,
@@ -237,7 +242,10 @@ class HttpTokenSource:
 
     def _snapshot(self, answer: _Answer, rollout_id: str) -> Snapshot:
         what = f"the freeze answer for rollout {rollout_id}"
-        body = self._parsed(answer, what, loads_with_token_arrays)
+        prompts = PromptReuse()  # one capture: each prompt parsed by what it adds
+        body = self._parsed(
+            answer, what, lambda data: loads_with_token_arrays(data, prompts=prompts)
+        )
         if not isinstance(body, dict):
             raise SourceUnavailable(f"capture store {self.url}: {what} is not a JSON object")
         if body.get("rollout_id") != rollout_id:

@@ -55,11 +55,10 @@ from token_finalizer.core.errors import (
     CaptureCorrupt,
     SourceUnavailable,
     StoreUnreachable,
-    TokenEntryError,
 )
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redact, redacted_url
-from token_finalizer.sources._entries import entry_payload, same_payload
+from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._state import CaptureState, line_digest
 from token_finalizer.sources.file import FrozenLines, SweptCapture
 
@@ -230,6 +229,20 @@ _STATUS = """
 return {redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', KEYS[3])}
 """
 
+# Read-only: the stored lines in put order, without freezing; {} once retired.
+# Answers {'ok', {line, ...}} or {'corrupt', call_id}.
+_COMMITTED = """
+if redis.call('HEXISTS', KEYS[1], 'retired') == 1 then return {'ok', {}} end
+local ids = redis.call('LRANGE', KEYS[4], 0, -1)
+local lines = {}
+for i = 1, #ids do
+  local line = redis.call('HGET', KEYS[2], ids[i])
+  if not line then return {'corrupt', ids[i]} end
+  lines[i] = line
+end
+return {'ok', lines}
+"""
+
 # ARGV: retired older than (s), abandoned older than (s, "" never), now (s, "" the
 # server's clock), "1" for a dry run. Answers {} or {reason, age}.
 _SWEEP = (
@@ -297,21 +310,13 @@ def _milliseconds(seconds: float | None, what: str) -> int:
 # -- helpers -------------------------------------------------------------------------------
 
 
+def _entries_of(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
+    return parse_capture(lines, rollout_id, f"the capture of rollout {rollout_id}")
+
+
 def _prepared(entry: object) -> tuple[TokenEntry, bytes, str]:
     parsed, line = entry_payload(entry)
     return parsed, line, line_digest(line)
-
-
-def _parse_entries(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
-    entries: dict[str, TokenEntry] = {}
-    for line in lines:
-        entry = TokenEntry.from_json(line)
-        if entry.rollout_id != rollout_id:
-            raise TokenEntryError(
-                f"the capture of rollout {rollout_id} holds an entry of rollout {entry.rollout_id}"
-            )
-        entries.setdefault(entry.model_call_id, entry)
-    return tuple(entries.values())
 
 
 def _text(value: object) -> str:
@@ -384,6 +389,7 @@ class RedisTokenStore:
                 ("freeze", _FREEZE),
                 ("drop", _DROP),
                 ("status", _STATUS),
+                ("committed", _COMMITTED),
                 ("sweep", _SWEEP),
             )
         }
@@ -523,9 +529,9 @@ class RedisTokenStore:
         """Freeze (idempotent) and read the rollout's immutable snapshot, in one script."""
         frozen = await self.freeze_lines(rollout_id)
         if sum(map(len, frozen.lines)) >= PARSE_IN_THREAD_MIN_BYTES:
-            entries = await asyncio.to_thread(_parse_entries, frozen.lines, rollout_id)
+            entries = await asyncio.to_thread(_entries_of, frozen.lines, rollout_id)
         else:
-            entries = _parse_entries(frozen.lines, rollout_id)
+            entries = _entries_of(frozen.lines, rollout_id)
         return Snapshot(
             rollout_id=rollout_id,
             entries=entries,
@@ -543,6 +549,25 @@ class RedisTokenStore:
             "drop", rollout_id, (str(snapshot_id), str(version), self._retired_ms), "drop"
         )
         return bool(reply)
+
+    async def committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        """The rollout's stored entries in put order, read without freezing (one script).
+
+        Read-only (lineage resolution of a rollout still being written); a
+        retired or unknown rollout has none.
+        """
+        reply = await self._run("committed", rollout_id, (), "committed entries")
+        if reply[0] == b"corrupt":
+            raise CaptureCorrupt(
+                f"redis store {self._where}: rollout {rollout_id} lists model call "
+                f"{_text(reply[1])} without its entry"
+            )
+        if reply[0] != b"ok" or len(reply) != 2:
+            raise self._unexpected("committed entries", reply)
+        lines, where = reply[1], f"the capture of rollout {rollout_id}"
+        if sum(map(len, lines)) >= PARSE_IN_THREAD_MIN_BYTES:
+            return await asyncio.to_thread(parse_capture, lines, rollout_id, where)
+        return parse_capture(lines, rollout_id, where)
 
     # -- administration --------------------------------------------------------------------------
 
