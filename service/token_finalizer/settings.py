@@ -8,6 +8,7 @@ with a message naming the offending key.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -38,6 +39,11 @@ __all__ = [
 ]
 
 CONFIG_ENV_VAR = "TOKEN_FINALIZER_CONFIG"
+# Any single key can be overridden from the environment, as containers expect:
+# TOKEN_FINALIZER__LIMITS__MAX_BODY_BYTES=1048576 sets limits.max_body_bytes.
+# Prefix and nesting delimiter are documented in docs/configuration.md#environment.
+OVERRIDE_PREFIX = "TOKEN_FINALIZER__"
+OVERRIDE_DELIMITER = "__"
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # `${VAR}` is not valid YAML inside a flow collection (`{token: ${X}}`, `[${X}]`):
 # the braces are flow indicators. Variables are swapped for plain placeholders
@@ -245,13 +251,57 @@ def _describe(error: ValidationError) -> str:
     return "invalid configuration: " + "; ".join(problems)
 
 
+def _override_value(text: str) -> Any:
+    # Lists and mappings (`["a","b"]`, `{"kind": "file"}`) are read as JSON; any
+    # other value stays a string and is converted by the field's own type.
+    if text.startswith(("[", "{")):
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ConfigError(f"environment override {text!r} is not valid JSON") from None
+    return text
+
+
+def _environment_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """`TOKEN_FINALIZER__A__B=v` variables as the nested mapping `{"a": {"b": v}}`."""
+    overrides: dict[str, Any] = {}
+    for name, text in env.items():
+        if not name.startswith(OVERRIDE_PREFIX):
+            continue
+        path = [part.lower() for part in name[len(OVERRIDE_PREFIX) :].split(OVERRIDE_DELIMITER)]
+        if not all(path):
+            raise ConfigError(f"environment override {name}: an empty key in the path")
+        node = overrides
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"environment override {name}: {part} is set as a value too")
+            node = child
+        node[path[-1]] = _override_value(text)
+    return overrides
+
+
+def _merged(base: Any, overrides: Mapping[str, Any]) -> Any:
+    if not isinstance(base, dict):
+        return dict(overrides)
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def settings_from_mapping(data: Any, env: Mapping[str, str] | None = None) -> Settings:
-    """Validate an already-parsed configuration (interpolating `${VAR}`)."""
+    """Validate an already-parsed configuration (interpolating `${VAR}`, then applying
+    `TOKEN_FINALIZER__...` overrides from `env`)."""
+    env = os.environ if env is None else env
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError("invalid configuration: the top level must be a mapping")
-    data = _interpolate(data, os.environ if env is None else env, "")
+    data = _merged(_interpolate(data, env, ""), _environment_overrides(env))
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
@@ -266,7 +316,10 @@ def load_settings(
     if path is None:
         path = env.get(CONFIG_ENV_VAR) or None
     if path is None:
-        return Settings()
+        # The embedded default, spelled out so that overrides can address it
+        # (TOKEN_FINALIZER__SOURCES__LOCAL__DIR=/data).
+        default = {"kind": "file", "dir": DEFAULT_CAPTURE_DIR}
+        return settings_from_mapping({"sources": {DEFAULT_SOURCE_NAME: default}}, env)
     try:
         text = Path(path).read_text()
     except OSError as exc:

@@ -207,3 +207,32 @@ def test_settings_are_frozen() -> None:
     settings = Settings()
     with pytest.raises(ValueError, match="frozen"):
         settings.default_source = "other"  # type: ignore[misc]  # the write under test
+
+
+def test_environment_overrides_one_key_of_the_file(tmp_path: Path) -> None:
+    """TOKEN_FINALIZER__LIMITS__MAX_BODY_BYTES overrides that key and nothing else."""
+    path = tmp_path / "finalizer.yaml"
+    path.write_text("limits:\n  max_body_bytes: 2048\nauth:\n  bearer_tokens: [t1]\n")
+    settings = load_settings(path, env={"TOKEN_FINALIZER__LIMITS__MAX_BODY_BYTES": "1024"})
+    assert (settings.limits.max_body_bytes, settings.auth.bearer_tokens) == (1024, ("t1",))
+
+
+def test_environment_overrides_reach_the_embedded_default_source() -> None:
+    """Without a file, an override can move the default `local` source's directory."""
+    settings = load_settings(None, env={"TOKEN_FINALIZER__SOURCES__LOCAL__DIR": "/data/capture"})
+    assert (settings.sources["local"].kind, settings.sources["local"].dir) == (
+        "file",
+        "/data/capture",
+    )
+
+
+def test_environment_override_lists_are_json() -> None:
+    """A JSON array sets a list key (bearer tokens)."""
+    env = {"TOKEN_FINALIZER__AUTH__BEARER_TOKENS": '["a", "b"]'}
+    assert load_settings(None, env=env).auth.bearer_tokens == ("a", "b")
+
+
+def test_invalid_environment_override_names_the_key() -> None:
+    """A bad override fails like a bad file: the message names the key."""
+    with pytest.raises(ConfigError, match=r"limits\.max_body_bytes"):
+        load_settings(None, env={"TOKEN_FINALIZER__LIMITS__MAX_BODY_BYTES": "lots"})
