@@ -2,7 +2,7 @@
 #
 #   docker build -t token-finalizer .
 #   docker run -p 8000:8000 token-finalizer             # embedded default: ./capture in the image
-#   docker compose up                                    # finalizer + capture store, see compose file
+#   docker compose up                                    # redis, capture store, 2 finalizer replicas
 
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -10,7 +10,7 @@ RUN python -m venv /opt/venv
 COPY pyproject.toml README.md /src/
 COPY service /src/service
 COPY client /src/client
-RUN /opt/venv/bin/pip install /src
+RUN /opt/venv/bin/pip install /src/client /src
 
 FROM python:3.11-slim
 ENV PATH=/opt/venv/bin:$PATH \

@@ -18,7 +18,7 @@ import yaml
 
 from token_finalizer.api import create_app
 from token_finalizer.cli import build_parser
-from token_finalizer.settings import Settings, settings_from_mapping
+from token_finalizer.settings import Settings, load_settings
 from token_finalizer.sources import MemoryTokenStore
 from token_finalizer.store_server import create_store_app
 
@@ -65,50 +65,101 @@ def _store_paths() -> set[str]:
     return set(create_store_app(MemoryTokenStore()).openapi()["paths"])
 
 
-def _compose_config(compose: dict[str, Any]) -> Settings:
-    """The finalizer's inline configuration as the container sees it (`$$` -> `$`)."""
-    content = compose["configs"]["finalizer-config"]["content"].replace("$$", "$")
-    env = {"CAPTURE_TOKEN": "store-token", "FINALIZER_TOKEN": "finalizer-token"}
-    return settings_from_mapping(yaml.safe_load(content), env=env)
+REPLICAS = ("finalizer-a", "finalizer-b")
+_COMPOSE_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?][^}]*)?\}")
+# What an operator exports before `docker compose up`.
+OPERATOR_ENV = {
+    "CAPTURE_TOKEN": "store-token",
+    "FINALIZER_TOKEN": "finalizer-token",
+    "RETIRE_KEY": "retire-key",
+}
+
+
+def _service_env(service: dict[str, Any]) -> dict[str, str]:
+    """A service's environment as the container sees it (compose's ${VAR:?...} resolved)."""
+    return {
+        name: _COMPOSE_VARIABLE.sub(lambda match: OPERATOR_ENV[match.group(1)], str(value))
+        for name, value in service.get("environment", {}).items()
+    }
+
+
+def _mounted_config(compose: dict[str, Any], service: dict[str, Any]) -> Path:
+    """The repository file a service gets as its --config (through `configs`)."""
+    (config,) = service["configs"]
+    source = compose["configs"][config["source"]]["file"]
+    return ROOT / source
+
+
+def _replica_settings(compose: dict[str, Any], name: str) -> Settings:
+    """A replica's configuration, loaded by the real loader with the container's environment."""
+    service = compose["services"][name]
+    return load_settings(_mounted_config(compose, service), env=_service_env(service))
+
+
+def _url(value: str | None) -> Any:
+    return urlsplit(value or "")
 
 
 # -- docker-compose.yml -------------------------------------------------------
 
 
-def test_compose_has_the_finalizer_and_a_capture_store(compose: dict[str, Any]) -> None:
-    """The compose file defines exactly the finalizer and the capture store services."""
-    assert sorted(compose["services"]) == ["capture-store", "finalizer"]
+def test_compose_has_the_scaled_out_topology(compose: dict[str, Any]) -> None:
+    """Redis, a capture store on it, two finalizer replicas and a one-shot smoke test."""
+    assert sorted(compose["services"]) == [
+        "capture-store",
+        "finalizer-a",
+        "finalizer-b",
+        "redis",
+        "smoke",
+    ]
 
 
-def test_store_command_is_the_cli_store_serve(compose: dict[str, Any]) -> None:
-    """The store runs `token-finalizer store serve --dir /data` on 0.0.0.0:8100."""
+def test_redis_is_checked_with_redis_cli_ping(compose: dict[str, Any]) -> None:
+    """Redis is healthy once `redis-cli ping` answers; its data is a named volume."""
+    redis = compose["services"]["redis"]
+    volume, _, target = redis["volumes"][0].partition(":")
+    assert redis["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    assert (volume in compose["volumes"], target) == (True, "/data")
+
+
+def test_store_command_serves_redis(compose: dict[str, Any]) -> None:
+    """The store runs `token-finalizer store serve --redis redis://redis:6379/0` on 0.0.0.0:8100."""
     command = compose["services"]["capture-store"]["command"]
     args = build_parser().parse_args(command[1:])
-    assert (command[0], args._run.__name__, str(args.dir), args.host, args.port) == (
+    redis_url = _url(args.redis)
+    assert (command[0], args._run.__name__, args.dir, args.host, args.port) == (
         "token-finalizer",
         "store_serve",
-        "/data",
+        None,
         "0.0.0.0",
         8100,
     )
+    assert (redis_url.scheme, redis_url.hostname, redis_url.port) == ("redis", "redis", 6379)
 
 
-def test_finalizer_command_is_the_cli_serve(compose: dict[str, Any]) -> None:
-    """The finalizer runs `token-finalizer serve` with the mounted config, on 0.0.0.0."""
-    service = compose["services"]["finalizer"]
+@pytest.mark.parametrize("name", REPLICAS)
+def test_replica_command_is_the_cli_serve_with_workers(compose: dict[str, Any], name: str) -> None:
+    """Each replica runs `token-finalizer serve --workers 2` with the mounted config, on 0.0.0.0."""
+    service = compose["services"][name]
     args = build_parser().parse_args(service["command"][1:])
     mounted = [config["target"] for config in service["configs"]]
-    assert (args._run.__name__, args.host, [args.config]) == ("serve", "0.0.0.0", mounted)
+    assert (args._run.__name__, args.host, [args.config], args.workers) == (
+        "serve",
+        "0.0.0.0",
+        mounted,
+        2,
+    )
 
 
-def test_store_volume_is_named_and_mounted_at_the_served_dir(compose: dict[str, Any]) -> None:
-    """The store's /data (its --dir) is a named volume declared at the top level."""
-    store = compose["services"]["capture-store"]
-    volume, _, target = store["volumes"][0].partition(":")
-    assert (volume in compose["volumes"], target) == (True, _option(store["command"], "--dir"))
+def test_replicas_are_identical_but_for_their_published_port(compose: dict[str, Any]) -> None:
+    """Stateless replicas: same command, config and environment; host ports 8000 and 8001."""
+    a, b = (dict(compose["services"][name]) for name in REPLICAS)
+    ports = (a.pop("ports"), b.pop("ports"))
+    assert a == b
+    assert ports == (["8000:8000"], ["8001:8000"])
 
 
-@pytest.mark.parametrize("name", ["capture-store", "finalizer"])
+@pytest.mark.parametrize("name", ["capture-store", *REPLICAS])
 def test_published_port_is_the_served_port(compose: dict[str, Any], name: str) -> None:
     """Each service publishes the port its command listens on."""
     service = compose["services"][name]
@@ -116,7 +167,7 @@ def test_published_port_is_the_served_port(compose: dict[str, Any], name: str) -
     assert container_port == _option(service["command"], "--port")
 
 
-@pytest.mark.parametrize("name", ["capture-store", "finalizer"])
+@pytest.mark.parametrize("name", ["capture-store", *REPLICAS])
 def test_healthcheck_probes_the_served_port(compose: dict[str, Any], name: str) -> None:
     """Each healthcheck probes, with python's urllib, the port its command listens on."""
     service = compose["services"][name]
@@ -124,10 +175,11 @@ def test_healthcheck_probes_the_served_port(compose: dict[str, Any], name: str) 
     assert str(url.port) == _option(service["command"], "--port")
 
 
-def test_finalizer_healthcheck_path_is_served(compose: dict[str, Any]) -> None:
-    """The finalizer's healthcheck path is a route of the finalizer API."""
-    url = _health_url(compose["services"]["finalizer"]["healthcheck"]["test"])
-    assert url.path in _finalizer_paths()
+@pytest.mark.parametrize("name", REPLICAS)
+def test_replica_healthcheck_is_readiness(compose: dict[str, Any], name: str) -> None:
+    """A replica is healthy when /ready (a route of the finalizer API) answers 2xx."""
+    url = _health_url(compose["services"][name]["healthcheck"]["test"])
+    assert (url.path, url.path in _finalizer_paths()) == ("/ready", True)
 
 
 def test_store_healthcheck_path_is_served(compose: dict[str, Any]) -> None:
@@ -136,45 +188,120 @@ def test_store_healthcheck_path_is_served(compose: dict[str, Any]) -> None:
     assert url.path in _store_paths()
 
 
-def test_finalizer_waits_for_a_healthy_store(compose: dict[str, Any]) -> None:
-    """The finalizer depends on the capture store being healthy."""
-    depends = compose["services"]["finalizer"]["depends_on"]
-    assert depends == {"capture-store": {"condition": "service_healthy"}}
+def test_start_order_waits_for_health(compose: dict[str, Any]) -> None:
+    """redis -> capture-store -> both replicas -> smoke, each waiting for service_healthy."""
+    services = compose["services"]
+    healthy = {"condition": "service_healthy"}
+    assert services["capture-store"]["depends_on"] == {"redis": healthy}
+    for name in REPLICAS:
+        assert services[name]["depends_on"] == {"redis": healthy, "capture-store": healthy}
+    assert services["smoke"]["depends_on"] == {name: healthy for name in REPLICAS}
 
 
-def test_finalizer_config_is_valid(compose: dict[str, Any]) -> None:
-    """The inline finalizer configuration passes the service's own validation."""
-    settings = _compose_config(compose)
-    assert (settings.default_source, settings.auth.bearer_tokens) == ("store", ("finalizer-token",))
+def test_every_dependency_has_a_healthcheck(compose: dict[str, Any]) -> None:
+    """A service_healthy condition only names services that define a healthcheck."""
+    services = compose["services"]
+    for service in services.values():
+        for name, condition in service.get("depends_on", {}).items():
+            if condition["condition"] == "service_healthy":
+                assert "healthcheck" in services[name], name
 
 
-def test_finalizer_config_points_at_the_store_service(compose: dict[str, Any]) -> None:
-    """The finalizer's http source names the store service and its served port."""
-    url = urlsplit(_compose_config(compose).sources["store"].url or "")
+@pytest.mark.parametrize("name", REPLICAS)
+def test_replica_config_is_valid(compose: dict[str, Any], name: str) -> None:
+    """deploy/finalizer.yaml passes the real loader with the replica's environment."""
+    settings = _replica_settings(compose, name)
+    assert (settings.default_source, sorted(settings.sources)) == ("store", ["redis", "store"])
+    assert (settings.auth.bearer_tokens, settings.retire.key) == (
+        ("finalizer-token",),
+        "retire-key",
+    )
+    assert settings.token_id_capture.max_mask_fraction is not None
+
+
+def test_replica_config_points_at_the_compose_services(compose: dict[str, Any]) -> None:
+    """The http source names the store service's port; the redis source and guard its Redis."""
+    settings = _replica_settings(compose, "finalizer-a")
+    store = _url(settings.sources["store"].url)
     store_port = _option(compose["services"]["capture-store"]["command"], "--port")
-    assert (url.hostname, str(url.port)) == ("capture-store", store_port)
+    assert (store.hostname, str(store.port)) == ("capture-store", store_port)
+    assert settings.sources["store"].token == "store-token"
+    store_redis = _option(compose["services"]["capture-store"]["command"], "--redis")
+    assert settings.sources["redis"].url == store_redis
+    assert settings.guard.redis == store_redis
 
 
-def test_finalizer_gets_every_variable_its_config_reads(compose: dict[str, Any]) -> None:
-    """Every ${VAR} of the inline config is set in the finalizer's environment."""
-    content = compose["configs"]["finalizer-config"]["content"]
-    wanted = set(re.findall(r"\$\$\{([A-Za-z_][A-Za-z0-9_]*)\}", content))
-    assert wanted <= set(compose["services"]["finalizer"]["environment"])
+def test_replica_config_shares_the_guard_and_the_retire_key(compose: dict[str, Any]) -> None:
+    """Both replicas: the same guard in Redis and the same retire key (interchangeable)."""
+    a, b = (_replica_settings(compose, name) for name in REPLICAS)
+    assert a.guard.redis is not None
+    assert (a.guard, a.retire, a.sources) == (b.guard, b.retire, b.sources)
 
 
-def test_store_and_finalizer_share_the_capture_token(compose: dict[str, Any]) -> None:
-    """The store's token and the finalizer's CAPTURE_TOKEN come from the same variable."""
+@pytest.mark.parametrize("name", REPLICAS)
+def test_replica_gets_every_variable_its_config_reads(compose: dict[str, Any], name: str) -> None:
+    """Every ${VAR} in a value of deploy/finalizer.yaml is set in the replica's environment."""
+    service = compose["services"][name]
+    wanted = set()
+    pending = [yaml.safe_load(_mounted_config(compose, service).read_text())]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, str):
+            wanted.update(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value))
+    assert wanted
+    assert wanted <= set(service["environment"])
+
+
+def test_store_replicas_and_smoke_share_the_capture_token(compose: dict[str, Any]) -> None:
+    """The store's token and everyone's CAPTURE_TOKEN come from the same variable."""
     services = compose["services"]
     store_token = services["capture-store"]["environment"]["TOKEN_FINALIZER_STORE_TOKEN"]
-    assert store_token == services["finalizer"]["environment"]["CAPTURE_TOKEN"]
+    for name in (*REPLICAS, "smoke"):
+        assert services[name]["environment"]["CAPTURE_TOKEN"] == store_token
 
 
-def test_finalizer_may_finish_in_flight_requests(compose: dict[str, Any]) -> None:
+def test_smoke_runs_the_mounted_example_against_the_services(compose: dict[str, Any]) -> None:
+    """smoke runs examples/compose_smoke.py (mounted) with URLs of the store and both replicas."""
+    smoke = compose["services"]["smoke"]
+    source, target, mode = smoke["volumes"][0].split(":")
+    env = _service_env(smoke)
+    served = {
+        name: _option(compose["services"][name]["command"], "--port")
+        for name in ("capture-store", *REPLICAS)
+    }
+    assert (smoke["command"], (ROOT / source).is_file(), mode) == (["python", target], True, "ro")
+    for variable, name in [
+        ("CAPTURE_STORE_URL", "capture-store"),
+        ("FINALIZER_A_URL", "finalizer-a"),
+        ("FINALIZER_B_URL", "finalizer-b"),
+    ]:
+        url = _url(env[variable])
+        assert (url.hostname, str(url.port)) == (name, served[name])
+    assert (
+        env["FINALIZER_TOKEN"]
+        == _service_env(compose["services"]["finalizer-a"])["FINALIZER_TOKEN"]
+    )
+    assert smoke["restart"] == "no"
+
+
+@pytest.mark.parametrize("name", REPLICAS)
+def test_replica_may_finish_in_flight_requests(compose: dict[str, Any], name: str) -> None:
     """The stop grace period outlasts the server's graceful shutdown."""
     from token_finalizer._constants import GRACEFUL_SHUTDOWN_S
 
-    grace = compose["services"]["finalizer"]["stop_grace_period"]
+    grace = compose["services"][name]["stop_grace_period"]
     assert int(grace.removesuffix("s")) > GRACEFUL_SHUTDOWN_S
+
+
+def test_compose_requires_the_operator_secrets(compose: dict[str, Any]) -> None:
+    """Tokens and the retire key have no defaults: compose stops with a message when unset."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    for variable in OPERATOR_ENV:
+        assert re.search(r"\$\{" + variable + r":\?[^}]+\}", text), variable
 
 
 # -- Dockerfile ---------------------------------------------------------------
@@ -209,14 +336,20 @@ def test_dockerfile_healthcheck_probes_the_served_health_path(dockerfile: list[s
 
 
 def test_dockerfile_installs_both_packages(dockerfile: list[str]) -> None:
-    """The build copies the service and client packages and installs the project."""
+    """The build copies the service and client packages and installs both distributions.
+
+    The client distribution is not on PyPI: the service's requirement on it is
+    met only when one pip command installs the copied client/ with the project.
+    """
     copied = " ".join(_instruction(dockerfile, "COPY"))
-    runs = " ".join(_instruction(dockerfile, "RUN"))
-    assert ("service" in copied, "client" in copied, "pip install /src" in runs) == (
-        True,
-        True,
-        True,
-    )
+    installs = [
+        shlex.split(command)
+        for run in _instruction(dockerfile, "RUN")
+        for command in run.split("&&")
+        if "pip install" in command
+    ]
+    both = any({"/src/client", "/src"} <= set(install) for install in installs)
+    assert ("service" in copied, "client" in copied, both) == (True, True, True)
 
 
 def test_dockerfile_user_owns_the_data_directory(dockerfile: list[str]) -> None:

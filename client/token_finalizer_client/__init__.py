@@ -9,12 +9,14 @@
 
 `AsyncFinalizerClient` has the same surface plus `finalize_many`. Errors are
 `FinalizerError` subclasses (see `_exceptions` for the tree). `HttpTokenSink`
-is the writer side of a remote capture store, for model servers. This package
-never imports the service, so harnesses and trainers stay light.
+is the writer side of a remote capture store, for model servers, and
+`HttpLineageResolver` its request-time lineage lookup (NeMo Gym 0.7's
+`LineageResolver`). This package never imports the service, so harnesses and
+trainers stay light.
 
-Optional, with the `client-fast` extra: orjson parses answers faster when it
-is installed, and `FinalizerClient(url, as_numpy=True)` hands out token
-arrays (numpy) instead of lists.
+Optional, with the `fast` extra (`token-finalizer-client[fast]`): orjson
+parses answers faster when it is installed, and `FinalizerClient(url,
+as_numpy=True)` hands out token arrays (numpy) instead of lists.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ from token_finalizer_client._exceptions import (
     PermissionDeniedError,
     ServerError,
 )
+from token_finalizer_client._resolver import (
+    HttpLineageResolver,
+    LineageMatch,
+    LineageResolution,
+    ResolutionStatus,
+)
 from token_finalizer_client._sink import HttpTokenSink
 from token_finalizer_client._types import Finalized, Readiness
 
@@ -50,12 +58,16 @@ __all__ = [
     "Finalized",
     "FinalizerClient",
     "FinalizerError",
+    "HttpLineageResolver",
     "HttpTokenSink",
+    "LineageMatch",
+    "LineageResolution",
     "MaskFractionExceeded",
     "NotFoundError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "Readiness",
+    "ResolutionStatus",
     "ServerError",
     "__version__",
 ]

@@ -42,8 +42,9 @@ def load_numpy() -> Any:
         import numpy
     except ImportError as exc:
         raise ImportError(
-            "as_numpy=True needs numpy, which is not installed; install the client's fast "
-            "extras (pip install 'token-finalizer[client-fast]') or numpy itself"
+            "as_numpy=True needs numpy, which is not installed; install the client's extra "
+            "token-finalizer-client[fast] (from a checkout: pip install './client[fast]') "
+            "or numpy itself"
         ) from exc
     return numpy
 

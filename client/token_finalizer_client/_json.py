@@ -1,7 +1,7 @@
 """Decoding JSON answers: orjson when it is installed, the standard library otherwise.
 
 orjson parses a large finalize answer several times faster, but it is an
-optional extra (`token-finalizer[client-fast]`), so the package works
+optional extra (`token-finalizer-client[fast]`), so the package works
 without it. Both give the same values for any body the standard library
 accepts: orjson refuses a few things the stdlib reads (`NaN` and
 `-Infinity`, which Python writers put in log probabilities; integers beyond

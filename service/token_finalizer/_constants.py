@@ -138,3 +138,41 @@ BATCH_DEFAULT_CONCURRENCY = 8
 BATCH_TOKEN_ENV_VAR = "TOKEN_FINALIZER_TOKEN"
 # A terminal progress line is redrawn at most this often.
 BATCH_PROGRESS_INTERVAL_S = 0.2
+
+# ---------------------------------------------------------------------------
+# Connections and request deadlines of both HTTP servers (web/protocol.py, web/body.py)
+# ---------------------------------------------------------------------------
+
+# A connection must deliver a whole request head (request line and headers)
+# within this many seconds of connecting, or of its first byte after a
+# keep-alive pause (uvicorn's own `timeout_keep_alive` closes idle ones);
+# otherwise it is answered 408 and closed. uvicorn has no such limit: without
+# it a client sending one byte a second holds a connection and a file
+# descriptor forever. $TOKEN_FINALIZER_HEADER_TIMEOUT_S overrides it.
+REQUEST_HEAD_TIMEOUT_S = 10.0
+HEAD_TIMEOUT_ENV_VAR = "TOKEN_FINALIZER_HEADER_TIMEOUT_S"
+# A request body must arrive within this many seconds, plus one second for every
+# REQUEST_BODY_MIN_BYTES_PER_S bytes received: a 64 MiB body may take 94 s, a
+# body trickling one byte a second is answered 408 after 30 s.
+# $TOKEN_FINALIZER_BODY_TIMEOUT_S overrides the 30 s.
+REQUEST_BODY_TIMEOUT_S = 30.0
+REQUEST_BODY_MIN_BYTES_PER_S = 1024 * 1024
+BODY_TIMEOUT_ENV_VAR = "TOKEN_FINALIZER_BODY_TIMEOUT_S"
+# Connections one server process holds open at most (uvicorn's
+# `limit_concurrency`). When all are taken, a new connection displaces the one
+# that has waited longest for its client (an idle keep-alive connection, or one
+# still sending its request head); when every one is busy with a request, a new
+# request is answered 503. 2048 covers 32 clients with the client package's
+# full pool of 64 connections each.
+MAX_CONNECTIONS = 2048
+# Connections accepted in one go (the listen backlog; asyncio accepts up to this
+# many before any of them is looked at). uvicorn's default.
+MAX_ACCEPT_BACKLOG = 2048
+# Both are lowered to fit the process's open-file limit: this many descriptors
+# are kept for capture files, store connections and logs, and what is left is
+# split evenly between held connections and one burst of accepted ones. A flood
+# of connections then meets the cap before it meets EMFILE (when even /health
+# can no longer be accepted).
+CONNECTION_FD_RESERVE = 128
+# The cap never goes below this, however low the open-file limit.
+MIN_CONNECTIONS = 16

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from token_finalizer._constants import (
     DEFAULT_CAPTURE_DIR,
@@ -30,6 +30,7 @@ __all__ = [
     "CONFIG_ENV_VAR",
     "AuthSettings",
     "ConfigError",
+    "GuardSettings",
     "LimitsSettings",
     "Settings",
     "SourceSettings",
@@ -159,6 +160,36 @@ class RetireSettings(_Strict):
         return self
 
 
+class GuardSettings(_Strict):
+    # Where the per-run mask-fraction counts live: a Redis URL shares them between
+    # every worker and replica; null keeps them in each process
+    # (docs/configuration.md#guard).
+    redis: str | None = None
+    # Prefix of the guard's keys (one hash per run: `<prefix>run:<run id>`).
+    key_prefix: str = "token-finalizer:guard:"
+    # A run's counts expire this long after its last counted finalize (sliding).
+    run_ttl_s: float = Field(default=7 * 86_400.0, gt=0)
+    # Per Redis command; past it the finalize goes on unguarded (fail open).
+    timeout_s: float = Field(default=1.0, gt=0)
+
+    @field_validator("redis")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        # Imported here: only a configured shared guard loads redis-py.
+        from token_finalizer.sources.redis import check_redis_url
+
+        return check_redis_url(url)
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _key_prefix(cls, prefix: str) -> str:
+        from token_finalizer.sources.redis import check_key_prefix
+
+        return check_key_prefix(prefix)
+
+
 class LimitsSettings(_Strict):
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
 
@@ -176,6 +207,7 @@ class Settings(_Strict):
     auth: AuthSettings = AuthSettings()
     limits: LimitsSettings = LimitsSettings()
     retire: RetireSettings = RetireSettings()
+    guard: GuardSettings = GuardSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -147,7 +147,7 @@ def test_numpy_to_answer_is_plain_lists() -> None:
 def test_as_numpy_without_numpy_is_a_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """FinalizerClient(as_numpy=True) without numpy raises ImportError naming the extra."""
     monkeypatch.setitem(sys.modules, "numpy", None)
-    with pytest.raises(ImportError, match=r"client-fast"):
+    with pytest.raises(ImportError, match=r"token-finalizer-client\[fast\]"):
         FinalizerClient("http://finalizer.test", as_numpy=True)
 
 

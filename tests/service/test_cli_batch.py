@@ -7,7 +7,10 @@ and the file store shows each consumed capture retired.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -298,25 +301,32 @@ def test_token_without_server_is_a_usage_error(
     assert "--token applies only with --server" in capsys.readouterr().err
 
 
-def test_output_may_not_overwrite_the_input(batch: Batch, config_path: Path) -> None:
+def test_output_may_not_overwrite_the_input(
+    batch: Batch, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Naming the input as the output exits 2 and leaves the input intact."""
     before = batch.input.read_text()
     status = main(
         ["finalize", str(batch.input), "-o", str(batch.input), "--config", str(config_path)]
     )
     assert (status, batch.input.read_text()) == (2, before)
+    assert capsys.readouterr().err == (
+        f"token-finalizer finalize: cannot write {batch.input}: it is the input file\n"
+    )
 
 
 def test_missing_input_is_a_usage_error(
     tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An input path that is not a file exits 2 naming it."""
+    """An input path that is not a file exits 2 naming it, in one line."""
     missing = tmp_path / "nope.jsonl"
     status = main(
         ["finalize", str(missing), "-o", str(tmp_path / "o"), "--config", str(config_path)]
     )
-    assert status == 2
-    assert f"input {missing} is not a readable file" in capsys.readouterr().err
+    assert (status, capsys.readouterr().err) == (
+        2,
+        f"token-finalizer finalize: cannot read {missing}: no such file\n",
+    )
 
 
 def test_invalid_configuration_is_a_usage_error(
@@ -348,3 +358,212 @@ def test_console_command_round_trip(
         timeout=60,
     )
     assert local_store.status(batch.first)["retired"] is True
+
+
+# -- paths and arguments that cannot work: exit 2, one line on stderr -----------
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    """stderr, which must be exactly one line; that line without its end."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    return err.rstrip("\n")
+
+
+def test_output_in_a_missing_directory_is_one_line_and_exit_2(
+    batch: Batch, config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-o into a directory that does not exist: exit 2, one line naming the path, no file."""
+    output = tmp_path / "no" / "such" / "dir" / "x.jsonl"
+    status = main(["finalize", str(batch.input), "-o", str(output), "--config", str(config_path)])
+    assert (status, _one_line_error(capsys), output.parent.exists()) == (
+        2,
+        f"token-finalizer finalize: cannot write {output}: directory does not exist",
+        False,
+    )
+
+
+def test_output_that_is_a_directory_is_one_line_and_exit_2(
+    batch: Batch, config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-o naming a directory: exit 2, one line."""
+    status = main(["finalize", str(batch.input), "-o", str(tmp_path), "--config", str(config_path)])
+    assert (status, _one_line_error(capsys)) == (
+        2,
+        f"token-finalizer finalize: cannot write {tmp_path}: it is a directory",
+    )
+
+
+def test_output_under_a_file_is_one_line_and_exit_2(
+    batch: Batch, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-o below a path that is a file, not a directory: exit 2, one line naming that file."""
+    output = batch.input / "x.jsonl"
+    status = main(["finalize", str(batch.input), "-o", str(output), "--config", str(config_path)])
+    assert (status, _one_line_error(capsys)) == (
+        2,
+        f"token-finalizer finalize: cannot write {output}: {batch.input} is not a directory",
+    )
+
+
+@pytest.mark.parametrize("command", ["finalize", "retire"])
+def test_input_that_is_a_directory_is_one_line_and_exit_2(
+    command: str, config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An input that cannot be read as a file (here a directory): exit 2, one line."""
+    extra = ["-o", str(tmp_path / "out.jsonl")] if command == "finalize" else []
+    status = main([command, str(tmp_path), *extra, "--config", str(config_path)])
+    assert (status, _one_line_error(capsys)) == (
+        2,
+        f"token-finalizer {command}: cannot read {tmp_path}: it is a directory",
+    )
+
+
+def test_unreadable_input_is_one_line_and_exit_2(
+    batch: Batch,
+    config_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An input the process may not read (EACCES): exit 2, one line, no output created.
+
+    The tests run as root, which reads any file whatever its mode: the refusal
+    is the one open() raises for an unreadable file.
+    """
+    from token_finalizer.cli.batch import arguments
+
+    real_open = open
+
+    def refusing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path) == batch.input:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(arguments, "open", refusing_open, raising=False)
+    status = finalize(batch, ["--config", str(config_path)])
+    assert (status, _one_line_error(capsys), batch.output.exists()) == (
+        2,
+        f"token-finalizer finalize: cannot read {batch.input}: permission denied",
+        False,
+    )
+
+
+def test_source_directory_that_cannot_be_made_is_one_line_and_exit_2(
+    batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--config whose file source lies under a file: exit 2, one line, no output created."""
+    config = tmp_path / "blocked.yaml"
+    config.write_text(
+        json.dumps({"sources": {"local": {"kind": "file", "dir": f"{batch.input}/x"}}})
+    )
+    status = finalize(batch, ["--config", str(config)])
+    assert (status, _one_line_error(capsys), batch.output.exists()) == (
+        2,
+        f"token-finalizer finalize: cannot open the sources of {config}: {batch.input}/x: "
+        "a part of the path is not a directory",
+        False,
+    )
+
+
+# -- retire given something other than a finalize output ---------------------------
+
+
+def test_retire_refuses_a_file_of_records(
+    batch: Batch,
+    target: list[str],
+    local_store: FileTokenStore,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """retire IN.jsonl (records, not answers) exits 2 in one line, before touching any capture."""
+    status = main(["retire", str(batch.input), *target])
+    assert (status, _one_line_error(capsys)) == (
+        2,
+        "token-finalizer retire: line 1 is a rollout record, not a finalize answer: "
+        "pass the output of `token-finalizer finalize`",
+    )
+    state = local_store.status(batch.first) or {}
+    assert (state.get("frozen"), state.get("retired")) == (False, False)
+
+
+def test_retire_exits_2_when_no_line_is_a_finalize_answer(
+    tmp_path: Path, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file without a single finalize answer: each line reported, then exit 2 saying so."""
+    source = write_jsonl(tmp_path / "junk.jsonl", ["{not json", "", "[1]"])
+    status = main(["retire", str(source), "--config", str(config_path)])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2
+    assert [line.split(":")[0] for line in err[:3]] == ["line 1", "line 2", "line 3"]
+    assert err[-1] == (
+        f"token-finalizer retire: no line of {source} is a finalize answer: "
+        "pass the output of `token-finalizer finalize`"
+    )
+
+
+def test_retire_reports_a_record_among_answers_by_its_line(
+    batch: Batch, target: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record line inside a finalize output is reported and counted failed; the rest retire."""
+    finalize(batch, target)
+    with batch.output.open("a") as output:
+        output.write(json.dumps(record_for(batch.missing)) + "\n")
+    capsys.readouterr()
+    status = main(["retire", str(batch.output), *target])
+    err = capsys.readouterr().err
+    assert status == 0
+    assert (
+        "line 8: a rollout record, not a finalize answer: "
+        "pass the output of `token-finalizer finalize`\n"
+    ) in err
+    assert "retire: 8 lines: 2 retired" in err and ", 1 failed\n" in err
+
+
+# -- progress ------------------------------------------------------------------------
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal, and keeps what is written to it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_no_progress_is_drawn_when_stderr_is_not_a_terminal(
+    batch: Batch, config_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Off a terminal stderr holds the line reports and the summary, nothing else."""
+    finalize(batch, ["--config", str(config_path)])
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert all(line.startswith(("line ", "finalize: ")) for line in err.splitlines()), err
+
+
+@pytest.mark.parametrize("command", ["finalize", "retire"])
+def test_progress_on_a_terminal_shows_count_rate_and_eta(
+    batch: Batch, config_path: Path, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal a bar shows the share done, lines done, byte and line rates and the ETA."""
+    target = ["--config", str(config_path)]
+    if command == "retire":
+        finalize(batch, target)
+        args = ["retire", str(batch.output), *target]
+    else:
+        args = ["finalize", str(batch.input), "-o", str(batch.output), *target]
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(args) == 0
+    final = [part for part in terminal.getvalue().split("\r") if f"{command}: 100%" in part][-1]
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d, [\d.]+ ?[kMG]?B/s, 7 lines, [\d.]+ lines/s\]", final)
+
+
+def test_line_reports_stay_on_their_own_lines_on_a_terminal(
+    batch: Batch, config_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a bar drawn, each `line N: message` report is a line of its own, not in the bar."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    finalize(batch, ["--config", str(config_path)])
+    segments = re.split(r"[\r\n]", terminal.getvalue())
+    reports = [segment for segment in segments if segment.startswith("line ")]
+    assert [report.split(":")[0] for report in reports] == ["line 2", "line 4", "line 6"]
+    assert not any("%|" in report for report in reports)

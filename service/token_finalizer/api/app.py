@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from token_finalizer import __version__
 from token_finalizer._memory import tune_allocator
 from token_finalizer.api.access_log import AccessLogMiddleware
+from token_finalizer.api.docs import declare_bearer_auth, install_offline_docs
 from token_finalizer.api.errors import install_api_error_handlers
 from token_finalizer.api.routes import router
 from token_finalizer.core.protocols import TokenSource
@@ -122,10 +123,17 @@ def create_app(
         version=__version__,
         summary="Freeze, rebuild and retire exact token captures of RL agent rollouts.",
         lifespan=lifespan,
+        # FastAPI's own pages load Swagger UI and ReDoc from a CDN: these are served
+        # with the app's own assets instead (api/docs.py), so /docs works offline.
+        docs_url=None,
+        redoc_url=None,
     )
     install_api_error_handlers(app)
     app.add_middleware(AccessLogMiddleware, observe=metrics.observe_request)
     app.include_router(router)
+    install_offline_docs(app)
+    if settings.auth.bearer_tokens:
+        declare_bearer_auth(app, router.routes)
     return app
 
 

@@ -12,12 +12,14 @@ from token_finalizer.service.errors import (
     TicketRejected,
     UnknownSource,
 )
+from token_finalizer.service.guard import InvalidRunId
 from token_finalizer.web.errors import StatusTable, install_error_handlers
 
 __all__ = ["STATUS_OF", "install_api_error_handlers"]
 
 STATUS_OF: StatusTable = {
     InvalidRequest: 422,
+    InvalidRunId: 400,
     UnknownSource: 404,
     MaskFractionExceeded: 409,
     TicketRejected: 403,

@@ -5,16 +5,24 @@
     token-finalizer store sweep      remove retired tombstones (and, if asked, abandoned captures)
     token-finalizer finalize         finalize a JSONL of records offline
     token-finalizer retire           retire the retirable lines of a finalize output
+    token-finalizer --version        print the installed version
 
 Each command module defines its arguments and the command, and imports its
 heavy dependencies (FastAPI, uvicorn, httpx) inside the command, so building
 the parser stays cheap and `store sweep` never loads a web framework.
+
+An argument that cannot work exits with status 2 and one line on stderr
+(`token-finalizer COMMAND: MESSAGE (see token-finalizer COMMAND --help)`),
+not argparse's usage block.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import sys
 from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from token_finalizer.cli import batch, serve, store
 
@@ -23,9 +31,39 @@ __all__ = ["build_parser", "main"]
 Command = Callable[[argparse.Namespace], int]
 AddArguments = Callable[[argparse.ArgumentParser], None]
 
+DISTRIBUTION = "token-finalizer"
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's own (a source tree)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        from token_finalizer import __version__
+
+        return __version__
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, saying a usage error in one line (exit status 2); subcommands inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class _VersionAction(argparse.Action):
+    """`--version`: print `token-finalizer VERSION` on stdout and exit 0 (looked up only then)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        sys.stdout.write(f"{parser.prog} {version()}\n")
+        parser.exit(0)
+
 
 def _command(
-    parent: argparse._SubParsersAction[argparse.ArgumentParser],
+    parent: argparse._SubParsersAction[_Parser],
     name: str,
     help_text: str,
     add_arguments: AddArguments,
@@ -38,10 +76,11 @@ def _command(
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every command and its arguments."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="token-finalizer",
         description="Freeze, rebuild and retire exact token captures of RL agent rollouts.",
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _command(commands, "serve", serve.HELP, serve.add_arguments, serve.serve)
     store_group = commands.add_parser("store", help="capture store commands")
@@ -53,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _command(
         store_commands, "sweep", store.SWEEP_HELP, store.add_sweep_arguments, store.store_sweep
+    )
+    _command(
+        store_commands,
+        "inspect",
+        store.INSPECT_HELP,
+        store.add_inspect_arguments,
+        store.store_inspect,
+    )
+    _command(
+        store_commands, "delete", store.DELETE_HELP, store.add_delete_arguments, store.store_delete
     )
     _command(
         commands,

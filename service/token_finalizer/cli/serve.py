@@ -3,7 +3,9 @@
 The configuration is loaded and validated before any server starts: an
 invalid file exits with status 2 and a message naming the key. With several
 workers uvicorn imports the app in each worker process (factory mode), and
-the configuration path reaches them through $TOKEN_FINALIZER_CONFIG.
+the configuration path reaches them through $TOKEN_FINALIZER_CONFIG; their
+Prometheus metrics are summed through a fresh PROMETHEUS_MULTIPROC_DIR that
+lives as long as the server (service/metrics.py).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         metavar="N",
-        help="worker processes (default 1); each opens its own sources and keeps its own "
-        "metrics and mask-fraction counts",
+        help="worker processes (default 1); each opens its own sources, /metrics sums "
+        "every worker's, and mask-fraction counts are per worker unless guard.redis is set",
     )
 
 
@@ -77,6 +79,14 @@ def serve(args: argparse.Namespace) -> int:
     from token_finalizer._memory import tune_allocator
     from token_finalizer.api.access_log import ACCESS_LOGGER
     from token_finalizer.api.app import DRAIN_ENV_VAR
+    from token_finalizer.web.protocol import server_options
+
+    try:
+        # h11 with a request-head deadline, and a connection cap (web/protocol.py).
+        protocol = server_options()
+    except ValueError as exc:
+        print(f"token-finalizer serve: {exc}", file=sys.stderr)
+        return 2
 
     # A long-running server: large answers must give their memory back when freed.
     tune_allocator()
@@ -87,13 +97,19 @@ def serve(args: argparse.Namespace) -> int:
         # Our middleware logs one structured line per request instead.
         "access_log": False,
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
+        **protocol,
     }
     if args.workers > 1:
         if config_path is not None:
             # Workers load the very file the parent just validated.
             os.environ[CONFIG_ENV_VAR] = str(Path(config_path).resolve())
         os.environ[DRAIN_ENV_VAR] = str(args.drain_seconds)
-        uvicorn.run(_APP_FACTORY, factory=True, workers=args.workers, **common)
+        from token_finalizer.service.metrics import multiprocess_directory
+
+        # Set before the workers start (and import prometheus-client): every
+        # worker's metrics go to files there, and /metrics sums them all.
+        with multiprocess_directory():
+            uvicorn.run(_APP_FACTORY, factory=True, workers=args.workers, **common)
     else:
         from token_finalizer.api import create_app
 

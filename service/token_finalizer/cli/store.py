@@ -1,41 +1,55 @@
-"""`token-finalizer store serve` and `token-finalizer store sweep`: a capture directory's admin.
+"""`token-finalizer store serve|sweep|inspect|delete`: a capture store's admin.
 
 `store serve` runs protocol v1 (docs/store-protocol.md) over a file store (`--dir`)
 or a redis store (`--redis URL`) so that model servers on other machines can
 write into it and a remote finalizer can freeze and retire from it. `store
 sweep` removes retired tombstones (and, only when asked, captures that were
-never frozen and went quiet); a frozen capture that was not retired is
-evidence and is never removed.
+never frozen and went quiet, or frozen with nothing in them) and files left by
+killed writers; a frozen capture that was not retired is evidence and is never
+removed. `store inspect` prints one capture's state as JSON, and `store
+delete` removes one capture for good, after asking (or with --yes).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from token_finalizer._constants import DEFAULT_HOST, DEFAULT_STORE_PORT
 
 __all__ = [
+    "DELETE_HELP",
+    "INSPECT_HELP",
     "SERVE_HELP",
     "STORE_TOKEN_ENV_VAR",
     "SWEEP_HELP",
+    "add_delete_arguments",
+    "add_inspect_arguments",
     "add_serve_arguments",
     "add_sweep_arguments",
     "format_age",
     "parse_duration",
+    "store_delete",
+    "store_inspect",
     "store_serve",
     "store_sweep",
 ]
 
 SERVE_HELP = "serve a capture directory or a redis store over HTTP (capture store protocol v1)"
 SWEEP_HELP = "remove retired tombstones (and, if asked, abandoned captures) from a directory"
+INSPECT_HELP = "print one capture's state as JSON (a directory or a redis store)"
+DELETE_HELP = "delete one capture for good, tombstone included (asks first unless --yes)"
 
 STORE_TOKEN_ENV_VAR = "TOKEN_FINALIZER_STORE_TOKEN"
+
+_T = TypeVar("_T")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])", re.ASCII)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -157,6 +171,7 @@ async def _serve_redis(args: argparse.Namespace, options: dict[str, Any]) -> int
     from token_finalizer.core.errors import SourceUnavailable
     from token_finalizer.sources.redis import RedisTokenStore
     from token_finalizer.store_server import create_store_app
+    from token_finalizer.web.protocol import server_options
 
     store = RedisTokenStore(**options)
     try:
@@ -166,7 +181,10 @@ async def _serve_redis(args: argparse.Namespace, options: dict[str, Any]) -> int
             print(f"error: {exc}", file=sys.stderr)
             return 2
         app = create_store_app(store, token=args.token)
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
+        # h11 with a request-head deadline, and a connection cap (web/protocol.py).
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="info", **server_options()
+        )
         await uvicorn.Server(config).serve()
     finally:
         # Shielded: the interrupt that stopped the server cancels this task next.
@@ -209,9 +227,10 @@ def store_serve(args: argparse.Namespace) -> int:
 
     from token_finalizer.sources import FileTokenStore
     from token_finalizer.store_server import create_store_app
+    from token_finalizer.web.protocol import server_options
 
     app = create_store_app(FileTokenStore(args.dir), token=args.token)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", **server_options())
     return 0
 
 
@@ -236,31 +255,300 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: never; a frozen capture that was not retired is always kept)",
     )
     parser.add_argument(
+        "--empty-older-than",
+        type=parse_duration,
+        metavar="DURATION",
+        help="also remove frozen captures with nothing in them (no entry, no failed or "
+        "announced call: what finalizing a never-captured id leaves) unchanged for this long "
+        "(default: never)",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true", help="list what would be removed, remove nothing"
     )
 
 
+_LEFTOVER = {
+    "temp": "temp file of a killed state write",
+    "orphan": "data file of a retired capture",
+    "lock": "lock file of nothing",
+}
+
+
 def store_sweep(args: argparse.Namespace) -> int:
-    """Sweep the directory; print one line per capture and a summary."""
+    """Sweep the directory; print one line per removal and a summary; skipped files to stderr.
+
+    Exit 0, or 1 when something was skipped (a stray file name, a capture whose
+    files cannot be trusted): the rest is swept all the same.
+    """
     from token_finalizer.sources import FileTokenStore
 
     if not args.dir.is_dir():
         # FileTokenStore would create it: a typo must not look like an empty store.
         print(f"error: {args.dir} is not a directory", file=sys.stderr)
         return 2
-    swept = FileTokenStore(args.dir).sweep(
+    report = FileTokenStore(args.dir).sweep_report(
         retired_older_than=args.retired_older_than,
         abandoned_older_than=args.abandoned_older_than,
+        empty_older_than=args.empty_older_than,
         dry_run=args.dry_run,
     )
     verb = "would remove" if args.dry_run else "removed"
-    for capture in swept:
+    for capture in report.captures:
         print(
             f"{verb} {capture.rollout_id} ({capture.reason}, {format_age(capture.age_seconds)} old)"
         )
-    counts = {reason: sum(c.reason == reason for c in swept) for reason in ("retired", "abandoned")}
+    for leftover in report.files:
+        what = _LEFTOVER.get(leftover.reason, leftover.reason)
+        print(f"{verb} {leftover.name} ({what}, {format_age(leftover.age_seconds)} old)")
+    for skipped in report.skipped:
+        print(f"skipped {skipped.name!r}: {skipped.reason}", file=sys.stderr)
+    reasons = ("retired", "abandoned", "empty")
+    counts = {reason: sum(c.reason == reason for c in report.captures) for reason in reasons}
+    summary = (
+        f"{verb} {len(report.captures)} capture(s): {counts['retired']} retired, "
+        f"{counts['abandoned']} abandoned"
+    )
+    if args.empty_older_than is not None:
+        summary += f", {counts['empty']} empty"
+    if report.files:
+        summary += f"; {len(report.files)} leftover file(s)"
+    if report.skipped:
+        summary += f"; skipped {len(report.skipped)} (listed on stderr)"
+    print(summary + (" (dry run)" if args.dry_run else ""))
+    return 1 if report.skipped else 0
+
+
+# -- store inspect and store delete -------------------------------------------
+
+
+def _add_admin_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("rollout_id", metavar="ROLLOUT_ID", help="the capture's rollout id")
+    backend = parser.add_mutually_exclusive_group(required=True)
+    backend.add_argument("--dir", type=Path, help="the capture directory")
+    backend.add_argument(
+        "--redis",
+        metavar="URL",
+        help="a redis store instead: redis://[:password@]host:port/db or rediss://...",
+    )
+    parser.add_argument(
+        "--key-prefix", metavar="PREFIX", help="with --redis: the store's key prefix"
+    )
+
+
+def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `token-finalizer store inspect`."""
+    _add_admin_arguments(parser)
+
+
+def add_delete_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `token-finalizer store delete`."""
+    _add_admin_arguments(parser)
+    parser.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="delete without asking (required when stdin is not a terminal)",
+    )
+
+
+def _admin_problem(args: argparse.Namespace) -> str | None:
+    """What makes the arguments of inspect or delete unusable, or None."""
+    from token_finalizer.core.errors import InvalidRolloutId
+    from token_finalizer.core.identity import check_store_id
+
+    try:
+        check_store_id(args.rollout_id)
+    except InvalidRolloutId as exc:
+        return str(exc)
+    if args.redis is None:
+        if args.key_prefix is not None:
+            return "--key-prefix only goes with --redis"
+        if not args.dir.is_dir():
+            # FileTokenStore would create it: a typo must not look like an empty store.
+            return f"{args.dir} is not a directory"
+    return None
+
+
+def _where(args: argparse.Namespace) -> str:
+    if args.redis is None:
+        return str(args.dir)
+    from token_finalizer.sources.redis import redacted_url
+
+    return redacted_url(args.redis) + (
+        f" (key prefix {args.key_prefix!r})" if args.key_prefix else ""
+    )
+
+
+def _redis_report(status: dict[str, Any], rollout_id: str, keys: list[str]) -> dict[str, Any]:
+    """The file store's inspect report, from what RedisTokenStore.status() tells."""
+    retired, frozen = bool(status["retired"]), bool(status["frozen"])
+    report: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "store": "redis",
+        "state": "retired" if retired else "frozen" if frozen else "open",
+        "frozen": frozen,
+        "retired": retired,
+        "snapshot_id": status.get("snapshot_id"),
+        "version": status.get("version", 0),
+        "entries": len(status.get("entry_digests") or {}),
+        "incomplete": bool(status["incomplete"]),
+        "incomplete_reasons": ["the capture was marked incomplete"] if status["incomplete"] else [],
+        # Not exposed by RedisTokenStore.status(): the failed and announced call ids.
+        "incomplete_call_ids": None,
+        "missing_call_ids": None,
+        "keys": keys,
+    }
+    for key in ("created_at", "updated_at", "frozen_at", "retired_at"):
+        if key in status:
+            report[key] = status[key]
+    return report
+
+
+class _Usage(Exception):
+    """Arguments already reported on stderr: exit 2."""
+
+
+async def _with_redis(args: argparse.Namespace, use: Callable[[Any], Awaitable[_T]]) -> _T:
+    """`use` a RedisTokenStore opened from the arguments, closed afterwards."""
+    from token_finalizer.sources.redis import RedisTokenStore
+
+    options = _redis_options(args)
+    if options is None:
+        raise _Usage
+    store = RedisTokenStore(**options)
+    try:
+        return await use(store)
+    finally:
+        await store.close()
+
+
+def _inspect(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The capture's report, or None when nothing is stored; CaptureError when unreadable."""
+    if args.redis is None:
+        from token_finalizer.sources import FileTokenStore
+
+        return FileTokenStore(args.dir).inspect(args.rollout_id)
+
+    async def look(store: Any) -> dict[str, Any] | None:
+        status = await store.status(args.rollout_id)
+        if status is None:
+            return None
+        return _redis_report(status, args.rollout_id, store.keys(args.rollout_id))
+
+    return asyncio.run(_with_redis(args, look))
+
+
+def _delete(args: argparse.Namespace) -> list[str]:
+    """Delete the capture; the file names (redis: the key names) removed."""
+    if args.redis is None:
+        from token_finalizer.sources import FileTokenStore
+
+        return FileTokenStore(args.dir).delete(args.rollout_id)
+
+    async def delete(store: Any) -> list[str]:
+        await store.delete(args.rollout_id)
+        return list(store.keys(args.rollout_id))
+
+    return asyncio.run(_with_redis(args, delete))
+
+
+def store_inspect(args: argparse.Namespace) -> int:
+    """Print the capture's state as JSON; exit 1 when nothing is stored or it cannot be read."""
+    from token_finalizer.core.errors import CaptureError, describe_exception
+
+    problem = _admin_problem(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        report = _inspect(args)
+    except _Usage:
+        return 2
+    except CaptureError as exc:
+        print(f"error: rollout {args.rollout_id}: {describe_exception(exc)}", file=sys.stderr)
+        return 1
+    if report is None:
+        print(json.dumps({"rollout_id": args.rollout_id, "found": False}))
+        print(f"nothing stored for rollout {args.rollout_id} in {_where(args)}", file=sys.stderr)
+        return 1
+    print(json.dumps({"found": True, **report}, indent=2))
+    return 0
+
+
+def _confirmed(question: str) -> bool:
+    """Ask on the terminal (the prompt on stderr, so stdout stays clean); yes only for y/yes."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in {"y", "yes"}
+
+
+def _summary(report: dict[str, Any]) -> str:
+    entries = report["entries"]
+    text = f"{report['state']}, {entries} entr{'y' if entries == 1 else 'ies'}"
+    if report["incomplete"]:
+        text += ", incomplete"
+    return f"{text}, version {report['version']}"
+
+
+def store_delete(args: argparse.Namespace) -> int:
+    """Delete one capture after confirmation (or --yes); say on stderr what was deleted.
+
+    Exit 0 when deleted; 1 when nothing is stored, the store failed or the
+    answer was not yes; 2 for unusable arguments, and for no --yes without a
+    terminal to ask on.
+    """
+    from token_finalizer.core.errors import CaptureCorrupt, CaptureError, describe_exception
+
+    problem = _admin_problem(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if not args.yes and not sys.stdin.isatty():
+        print(
+            "error: store delete asks for confirmation and stdin is not a terminal; "
+            "pass --yes to delete without asking",
+            file=sys.stderr,
+        )
+        return 2
+    where, rollout_id = _where(args), args.rollout_id
+    evidence = False
+    try:
+        report = _inspect(args)
+    except _Usage:
+        return 2
+    except CaptureCorrupt as exc:
+        # Exactly what delete is for: a capture whose files cannot be trusted.
+        summary = f"unreadable: {exc}"
+    except CaptureError as exc:
+        print(f"error: rollout {rollout_id}: {describe_exception(exc)}", file=sys.stderr)
+        return 1
+    else:
+        if report is None:
+            print(f"nothing stored for rollout {rollout_id} in {where}", file=sys.stderr)
+            return 1
+        summary = _summary(report)
+        evidence = report["frozen"] and not report["retired"]
+    if not args.yes:
+        if evidence:
+            print(
+                "warning: this capture is frozen and was not retired: it may be the only "
+                "evidence of a failed or masked build",
+                file=sys.stderr,
+            )
+        try:
+            confirmed = _confirmed(f"delete rollout {rollout_id} ({summary}) from {where}?")
+        except (EOFError, KeyboardInterrupt):
+            confirmed = False
+        if not confirmed:
+            print("not deleted", file=sys.stderr)
+            return 1
+    try:
+        removed = _delete(args)
+    except (_Usage, CaptureError) as exc:
+        print(f"error: rollout {rollout_id}: {describe_exception(exc)}", file=sys.stderr)
+        return 1
     print(
-        f"{verb} {len(swept)} capture(s): {counts['retired']} retired, "
-        f"{counts['abandoned']} abandoned" + (" (dry run)" if args.dry_run else "")
+        f"deleted rollout {rollout_id} ({summary}) from {where}: {', '.join(removed) or 'nothing'}",
+        file=sys.stderr,
     )
     return 0

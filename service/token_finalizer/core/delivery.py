@@ -94,6 +94,70 @@ def rollout_carries_token_ids(result: dict[str, Any]) -> bool:
     )
 
 
+# Token ids a record may carry: non-negative integers of the token digest's range
+# (docs/records-and-builds.md#token-digest).
+_TOKEN_ID_END = 2**64
+_TOKEN_ID_KEYS = ("prompt_token_ids", "generation_token_ids")
+
+
+def _token_ids_problem(value: object) -> str | None:
+    """Why `value` is not a flat list of token ids (None when it is one)."""
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or value.dtype.kind not in "iu":
+            return f"is a {value.ndim}-dimensional {value.dtype} array, not token ids"
+        if value.size and int(value.min()) < 0:
+            return f"holds a negative token id ({int(value.min())})"
+        return None
+    if not isinstance(value, list):
+        return f"must be a list of token ids, got a {type(value).__name__}"
+    if not value:
+        return None
+    strangers = set(map(type, value)) - {int}  # a JSON boolean is no token id
+    if strangers:
+        names = ", ".join(sorted(kind.__name__ for kind in strangers))
+        return f"must hold integers only, holds {names}"
+    low, high = min(value), max(value)
+    if low < 0:
+        return f"holds a negative token id ({low})"
+    if high >= _TOKEN_ID_END:
+        return f"holds a token id of 2**64 or more ({high})"
+    return None
+
+
+def _own_token_ids_problem(result: dict[str, Any]) -> str | None:
+    """Why the token ids a record carries cannot be trained on (None when all are well-formed).
+
+    Only called for a record that carries token ids (`rollout_carries_token_ids`),
+    so `response.output` is a list.
+    """
+    for index, item in enumerate(result["response"]["output"]):
+        if not isinstance(item, dict):
+            continue
+        for key in _TOKEN_ID_KEYS:
+            value = item.get(key)
+            problem = None if value is None else _token_ids_problem(value)
+            if problem is not None:
+                where = f"response.output[{index}].{key}"
+                return f"the record's own token ids are malformed: {where} {problem}"
+    return None
+
+
+def _own_token_count(result: dict[str, Any]) -> int:
+    count = 0
+    for item in result["response"]["output"]:
+        if isinstance(item, dict):
+            for key in _TOKEN_ID_KEYS:
+                value = item.get(key)
+                if isinstance(value, list | np.ndarray):
+                    count += len(value)
+    return count
+
+
+def _already_masked(result: dict[str, Any]) -> bool:
+    """Whether the record arrived marked `mask_sample` (read as trainers read it)."""
+    return bool(result.get(MASK_SAMPLE_KEY))
+
+
 def capture_build_can_retire(built: dict[str, Any] | None) -> bool:
     """Whether a successful build consumed a frozen snapshot."""
     if not isinstance(built, dict) or built.get(MASK_SAMPLE_KEY):
@@ -185,7 +249,7 @@ async def finalize_record(
         return _mark_unusable(result, error, error, MaskReason.MALFORMED_ROLLOUT_ID)
     try:
         if rollout_carries_token_ids(result):
-            return await _redundant_capture(rollout_id, source, raise_unreachable)
+            return await _redundant_capture(result, rollout_id, source)
         if rollout_id is None:
             return _mark_unusable(
                 result,
@@ -215,13 +279,26 @@ async def finalize_record(
 
 
 async def _redundant_capture(
-    rollout_id: str | None, source: TokenSource, raise_unreachable: bool
+    result: dict[str, Any], rollout_id: str | None, source: TokenSource
 ) -> Build | None:
     """Freeze the capture of a record that already carries its own token ids.
 
-    The record stays as it is; the frozen capture is handed back only so that
-    it can be retired after handoff.
+    The record stays as it is, and the frozen capture is handed back, to be
+    retired after handoff, only when nothing speaks against it: the record's
+    own ids are all well-formed, the record is not masked, and the snapshot
+    is complete. Otherwise (None) the frozen capture stays as evidence. A
+    record whose own ids are malformed cannot be trained on: it is masked
+    (`invalid_token_ids`) without touching its capture.
     """
+    if _own_token_count(result) >= BUILD_IN_THREAD_MIN_TOKENS:
+        # A record carrying a long rollout's ids: checked off the event loop.
+        problem = await asyncio.to_thread(_own_token_ids_problem, result)
+    else:
+        problem = _own_token_ids_problem(result)
+    if problem is not None:
+        return _mark_unusable(
+            result, problem, f"rollout {rollout_id}: {problem}", MaskReason.INVALID_TOKENS
+        )
     if rollout_id is None:
         return None
     try:
@@ -229,6 +306,14 @@ async def _redundant_capture(
     except Exception as exc:
         logger.warning(
             "freeze of redundant capture %s failed: %s", rollout_id, describe_exception(exc)
+        )
+        return None
+    if snapshot.incomplete or _already_masked(result):
+        logger.warning(
+            "rollout %s carries its own token ids, but %s: its frozen capture is kept, "
+            "not offered for retirement",
+            rollout_id,
+            "its capture is incomplete" if snapshot.incomplete else "the record is masked",
         )
         return None
     return Build.redundant_capture(snapshot)

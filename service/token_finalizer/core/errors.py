@@ -7,6 +7,7 @@
     ├── CaptureFrozen               a write after the rollout was frozen
     ├── CaptureRetired              a freeze or write after the snapshot was retired
     ├── CaptureCorrupt              a store whose files cannot be trusted any more
+    ├── StoreFull                   a store out of disk space or quota: the call did not take effect
     └── SourceUnavailable           a remote store that cannot be reached or answers nonsense
         └── StoreUnreachable        no usable answer at all (refused, timed out, 502/503/504):
                                     nothing changed in the store, so the call may be repeated
@@ -25,6 +26,7 @@ __all__ = [
     "CaptureRetired",
     "InvalidRolloutId",
     "SourceUnavailable",
+    "StoreFull",
     "StoreUnreachable",
     "TokenEntryError",
     "describe_exception",
@@ -62,6 +64,10 @@ class CaptureRetired(CaptureError):
 
 class CaptureCorrupt(CaptureError):
     """Store files that were damaged by something other than a torn final write."""
+
+
+class StoreFull(CaptureError):
+    """A store that ran out of space (ENOSPC, EFBIG, EDQUOT): nothing of the call was kept."""
 
 
 class SourceUnavailable(CaptureError):

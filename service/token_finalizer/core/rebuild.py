@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer._constants import FRACTION_DIGITS
-from token_finalizer.core.build import Build, MaskReason
+from token_finalizer.core.build import MASK_SAMPLE_KEY, Build, MaskReason
 from token_finalizer.core.call_graph import (
     Call,
     LinkReport,
@@ -35,12 +35,18 @@ from token_finalizer.core.terminal import (
 __all__ = [
     "BUILDER_NAME",
     "EMPTY_CAPTURE_ERROR",
+    "RECORD_MASKED",
     "is_lineage_snapshot",
     "rebuild_snapshot",
 ]
 
 BUILDER_NAME = "prefix_merging"
 EMPTY_CAPTURE_ERROR = "capture contains no token records"
+# The mask reason of a build that nothing but its record masks: the record
+# arrived marked `mask_sample` (by its harness, say), and a build of a masked
+# record is never retired. The last of the mask rules, so that any capture
+# problem is still reported by its own reason.
+RECORD_MASKED = "record_masked"
 
 
 def is_lineage_snapshot(entries: Sequence[TokenEntry]) -> bool:
@@ -104,6 +110,19 @@ def _link(entries: Sequence[TokenEntry]) -> _Linked:
 
 
 def _mask_reason(
+    snapshot: Snapshot,
+    forest: Forest,
+    linked: _Linked,
+    attribution: TerminalAttribution,
+    record: Mapping[str, Any] | None,
+) -> str | None:
+    reason = _chain_mask_reason(snapshot, forest, linked, attribution)
+    if reason is None and record is not None and record.get(MASK_SAMPLE_KEY):
+        return RECORD_MASKED
+    return reason
+
+
+def _chain_mask_reason(
     snapshot: Snapshot, forest: Forest, linked: _Linked, attribution: TerminalAttribution
 ) -> str | None:
     if snapshot.incomplete:
@@ -170,7 +189,9 @@ def rebuild_snapshot(
     """Rebuild the response of one frozen snapshot; a failure is a masked build, not a raise.
 
     `record` is the finished rollout record: terminal attribution reads the
-    verifier's choice from it. Without a record nothing is attributed.
+    verifier's choice from it, and a record already marked `mask_sample`
+    masks the build (RECORD_MASKED) so that it is never retired. Without a
+    record nothing is attributed.
     """
     if not snapshot.entries:
         return _failed(snapshot, EMPTY_CAPTURE_ERROR, None, "")
@@ -195,7 +216,7 @@ def rebuild_snapshot(
         return _failed(snapshot, str(exc), attribution, status)
     except ValueError as exc:  # a token id out of the digest's range
         return _failed(snapshot, f"ValueError: {exc}", attribution, status)
-    return _built(snapshot, response, forest, linked, attribution)
+    return _built(snapshot, response, forest, linked, attribution, record)
 
 
 def _built(
@@ -204,6 +225,7 @@ def _built(
     forest: Forest,
     linked: _Linked,
     attribution: TerminalAttribution,
+    record: Mapping[str, Any] | None,
 ) -> Build:
     n_calls = len(snapshot.entries)
     captured = linked.generated_tokens_captured
@@ -229,7 +251,7 @@ def _built(
         builder=BUILDER_NAME,
         response=response,
         metrics=metrics,
-        mask_reason=_mask_reason(snapshot, forest, linked, attribution),
+        mask_reason=_mask_reason(snapshot, forest, linked, attribution, record),
         unresolved_retries=forest.unresolved_retries,
         unresolved_parent_calls=linked.report.unresolved,
     )

@@ -7,7 +7,7 @@ and the per-run mask-fraction guard.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +50,11 @@ def _outcome(build: Build | None) -> str:
     return "masked" if build.mask_sample else "ok"
 
 
-def _guarded(
-    state: ServiceState, log: dict[str, Any], step: Callable[..., None], *args: Any
+async def _guarded(
+    state: ServiceState, log: dict[str, Any], step: Callable[..., Awaitable[None]], *args: Any
 ) -> None:
     try:
-        step(*args)
+        await step(*args)
     except MaskFractionExceeded:
         state.metrics.guard_refusals.inc()
         log["outcome"] = "guard_refused"
@@ -74,7 +74,8 @@ async def finalize_one(
 
     With `compact`, the answer carries the delivered context once
     (`context_token_ids`) and prompts as prefix lengths into it.
-    Raises UnknownSource, or MaskFractionExceeded when the run's guard trips.
+    Raises UnknownSource, InvalidRunId (a run id too long to remember), or
+    MaskFractionExceeded when the run's guard trips.
 
     `log` receives the request-log fields (rollout id, source, outcome) as they become known.
     """
@@ -83,7 +84,7 @@ async def finalize_one(
     log["rollout_id"] = rollout_id
     source = state.sources.resolve(source_name)
     log["source"] = source.name
-    _guarded(state, log, state.guard.check, run_id)
+    await _guarded(state, log, state.guard.check, run_id)
     capture = state.settings.token_id_capture
     if capture.takes_part(record):
         retry = state.settings.sources_on_unreachable(source.name) == "retry"
@@ -111,7 +112,7 @@ async def finalize_one(
     if build is not None and build.mask_reason is not None:
         state.metrics.mask_reasons.labels(source.name, build.mask_reason).inc()
     # The crossing call's build has happened and is counted; its answer is the 409.
-    _guarded(state, log, state.guard.observe, run_id, build)
+    await _guarded(state, log, state.guard.observe, run_id, build)
     answer = _answer(state, record, build, rollout_id, source.name, compact=compact)
     token_count = 0 if build is None else build.token_count
     return FinalizeResult(answer=answer, outcome=outcome, token_count=token_count)

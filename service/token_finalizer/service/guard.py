@@ -1,4 +1,4 @@
-"""The per-run mask-fraction guard (docs/configuration.md).
+"""The per-run mask-fraction guard (docs/configuration.md#guard).
 
 A harness whose captures mostly fail keeps producing masked, token-less
 records; the guard stops it. Per run (the `X-Run-Id` header, a default run
@@ -9,19 +9,108 @@ every later call of that run are refused with 409. Refusing loses nothing:
 masked captures are never retired, and later calls are refused before any
 freeze.
 
-Counts live in this process: with several workers each keeps its own.
+One interface (`RunGuard`), two implementations:
+
+- `MaskFractionGuard` keeps the counts in this process (each worker and each
+  replica counts on its own); it remembers the last `GUARD_MAX_RUNS` runs.
+- `RedisMaskFractionGuard` (service/redis_guard.py), chosen by
+  `guard: {redis: URL}`, keeps them in Redis, so every worker of every
+  replica counts into, and refuses on, the same totals.
+
+`open_guard` picks one from the settings.
 """
 
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Protocol
 
 from token_finalizer._constants import GUARD_MAX_RUNS
 from token_finalizer.core.build import Build
-from token_finalizer.service.errors import MaskFractionExceeded
+from token_finalizer.service.errors import MaskFractionExceeded, ServiceError
 
-__all__ = ["MaskFractionGuard"]
+if TYPE_CHECKING:
+    from token_finalizer.service.metrics import ServiceMetrics
+    from token_finalizer.settings import Settings
+
+__all__ = [
+    "MAX_RUN_ID_LENGTH",
+    "InvalidRunId",
+    "MaskFractionGuard",
+    "RunGuard",
+    "check_run_id",
+    "mask_fraction_refusal",
+    "open_guard",
+]
+
+# Longest run id (X-Run-Id, --run-id) accepted, in characters: the guard
+# remembers runs by id (GUARD_MAX_RUNS of them in a process, a Redis key each
+# with a shared guard), so an id must not be able to hold unbounded memory.
+MAX_RUN_ID_LENGTH: Final = 256
+
+
+class InvalidRunId(ServiceError):
+    """A run id longer than MAX_RUN_ID_LENGTH (400): nothing was frozen or counted."""
+
+
+def check_run_id(run_id: str) -> str:
+    """Return `run_id`, or raise InvalidRunId when it is too long to be remembered."""
+    if len(run_id) > MAX_RUN_ID_LENGTH:
+        raise InvalidRunId(
+            f"X-Run-Id is {len(run_id)} characters long; at most {MAX_RUN_ID_LENGTH} are accepted",
+            max_length=MAX_RUN_ID_LENGTH,
+        )
+    return run_id
+
+
+def mask_fraction_refusal(
+    run_id: str,
+    max_mask_fraction: float | None,
+    *,
+    finalized: int,
+    masked: int,
+    reasons: Mapping[str, int],
+) -> MaskFractionExceeded:
+    """The 409 of a tripped run, with its counts (the same words for both guards)."""
+    return MaskFractionExceeded(
+        f"run {run_id!r} masked {masked} of {finalized} finalized records, "
+        f"more than token_id_capture.max_mask_fraction={max_mask_fraction}; "
+        "stop collecting and fix token capture",
+        finalized=finalized,
+        masked=masked,
+        reasons=dict(reasons),
+    )
+
+
+def crosses(finalized: int, masked: int, max_mask_fraction: float, min_samples: int) -> bool:
+    """Whether these counts trip the guard (the Redis guard's Lua script decides the same)."""
+    return finalized >= min_samples and masked / finalized > max_mask_fraction
+
+
+class RunGuard(Protocol):
+    """What finalizing needs from a mask-fraction guard, wherever it keeps its counts."""
+
+    @property
+    def enabled(self) -> bool:
+        """False when no `max_mask_fraction` is configured: nothing is counted."""
+        ...
+
+    async def check(self, run_id: str) -> None:
+        """Raise the 409 when this run already crossed the threshold (before any work).
+
+        Raises InvalidRunId for a run id longer than MAX_RUN_ID_LENGTH, enabled or not.
+        """
+        ...
+
+    async def observe(self, run_id: str, build: Build | None) -> None:
+        """Count one finalize result; raise the 409 when this call crosses the threshold."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; idempotent."""
+        ...
 
 
 @dataclass(slots=True)
@@ -33,7 +122,7 @@ class _RunCounts:
 
 
 class MaskFractionGuard:
-    """Counts builds per run and refuses a run once too many of them were masked."""
+    """Counts builds per run in this process and refuses a run once too many were masked."""
 
     def __init__(
         self, max_mask_fraction: float | None, min_samples: int, *, max_runs: int = GUARD_MAX_RUNS
@@ -59,17 +148,17 @@ class MaskFractionGuard:
         return counts
 
     def _refusal(self, run_id: str, counts: _RunCounts) -> MaskFractionExceeded:
-        return MaskFractionExceeded(
-            f"run {run_id!r} masked {counts.masked} of {counts.finalized} finalized records, "
-            f"more than token_id_capture.max_mask_fraction={self.max_mask_fraction}; "
-            "stop collecting and fix token capture",
+        return mask_fraction_refusal(
+            run_id,
+            self.max_mask_fraction,
             finalized=counts.finalized,
             masked=counts.masked,
-            reasons=dict(counts.reasons),
+            reasons=counts.reasons,
         )
 
-    def check(self, run_id: str) -> None:
+    async def check(self, run_id: str) -> None:
         """Raise the 409 when this run already crossed the threshold (before any work)."""
+        check_run_id(run_id)
         if not self.enabled:
             return
         counts = self._runs.get(run_id)
@@ -77,21 +166,42 @@ class MaskFractionGuard:
             self._runs.move_to_end(run_id)
             raise self._refusal(run_id, counts)
 
-    def observe(self, run_id: str, build: Build | None) -> None:
+    async def observe(self, run_id: str, build: Build | None) -> None:
         """Count one finalize result; raise the 409 when this call crosses the threshold."""
-        if not self.enabled or build is None:
+        if self.max_mask_fraction is None or build is None:
             return
-        counts = self._counts(run_id)
+        counts = self._counts(check_run_id(run_id))
         counts.finalized += 1
         if build.mask_sample:
-            reason = build.mask_reason or "unknown"
             counts.masked += 1
-            counts.reasons[reason] += 1
-        assert self.max_mask_fraction is not None
-        if (
-            counts.finalized >= self.min_samples
-            and counts.masked / counts.finalized > self.max_mask_fraction
-        ):
+            counts.reasons[build.mask_reason or "unknown"] += 1
+        if crosses(counts.finalized, counts.masked, self.max_mask_fraction, self.min_samples):
             counts.tripped = True
         if counts.tripped:
             raise self._refusal(run_id, counts)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+def open_guard(settings: Settings, metrics: ServiceMetrics) -> RunGuard:
+    """The guard the settings ask for: shared through Redis with `guard.redis`, else in-process.
+
+    Without `max_mask_fraction` the guard is off, and no Redis connection is made.
+    """
+    capture = settings.token_id_capture
+    shared = settings.guard
+    if shared.redis is None or capture.max_mask_fraction is None:
+        return MaskFractionGuard(capture.max_mask_fraction, capture.mask_fraction_min_samples)
+    # Imported here: only a configured shared guard loads redis-py.
+    from token_finalizer.service.redis_guard import RedisMaskFractionGuard
+
+    return RedisMaskFractionGuard(
+        shared.redis,
+        max_mask_fraction=capture.max_mask_fraction,
+        min_samples=capture.mask_fraction_min_samples,
+        key_prefix=shared.key_prefix,
+        run_ttl_s=shared.run_ttl_s,
+        timeout_s=shared.timeout_s,
+        metrics=metrics,
+    )

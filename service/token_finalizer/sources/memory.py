@@ -106,6 +106,18 @@ class MemoryTokenStore:
                 rollout.failed_calls.clear()
             return True
 
+    async def committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        """The rollout's stored entries in put order, read without freezing (lineage resolution).
+
+        A retired or unknown rollout has none; nothing is created or changed.
+        """
+        check_store_id(rollout_id)
+        with self._lock:
+            rollout = self._rollouts.get(rollout_id)
+            if rollout is None or rollout.state.retired:
+                return ()
+            return tuple(rollout.entries.values())
+
     def status(self, rollout_id: str) -> dict[str, Any] | None:
         """The stored state of one rollout, or None when nothing is stored."""
         with self._lock:

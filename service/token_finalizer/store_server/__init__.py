@@ -5,11 +5,13 @@
     PUT  {base}/ng-rollout/{id}/training-token-capture/calls/{call}    200, 409, 422
     POST {base}/ng-rollout/{id}/training-token-capture/incomplete      200
     POST {base}/ng-rollout/{id}/training-token-capture/intents         200, 409
+    POST {base}/ng-rollout/{id}/training-token-capture/lineage/resolve 200 resolution, 422
     GET  {base}/health                                                 {"status": "ok"}
 
 `token-finalizer store serve --dir DIR` runs it over a file store; the
 finalizer reaches it through an `http` source, model servers through
-`token_finalizer_client.HttpTokenSink`.
+`token_finalizer_client.HttpTokenSink` (writes) and
+`token_finalizer_client.HttpLineageResolver` (lineage/resolve, read-only).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Protocol v1 freeze answers, encoded without ever turning token ids into Python lists.
+"""Protocol v1 freeze and resolve answers, encoded without turning token ids into Python lists.
 
 A file store's snapshot goes out as its stored lines, spliced into the answer
 unparsed; any other store's token arrays go out as the numpy arrays it holds,
-encoded by orjson in one pass. Large answers are built in a worker thread.
+encoded by orjson in one pass. A resolve answer carries the matched call's
+cumulative ids as the numpy array resolution rebuilt. Large answers are built
+in a worker thread.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from token_finalizer._constants import (
     STORE_ENCODE_IN_THREAD_MIN_BYTES,
     STORE_ENCODE_IN_THREAD_MIN_TOKENS,
 )
-from token_finalizer.core.entries import Snapshot
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.lineage_resolution import Resolution, resolve_lineage
 from token_finalizer.sources.file import FrozenLines
+from token_finalizer.store_server._requests import ResolveRequest
 from token_finalizer.web.answers import encoded_response, json_response
 
-__all__ = ["freeze_answer"]
+__all__ = ["freeze_answer", "resolve_answer"]
 
 
 def _snapshot_payload(snapshot: Snapshot) -> dict[str, Any]:
@@ -101,3 +105,47 @@ async def freeze_answer(store: Any, rollout_id: str, accept_encoding: str | None
         # Encoding 5M tokens takes a few hundred ms: keep other writers served meanwhile.
         return await asyncio.to_thread(_snapshot_answer, snapshot, accept_encoding)
     return _snapshot_answer(snapshot, accept_encoding)
+
+
+def _resolution_payload(resolution: Resolution) -> dict[str, Any]:
+    match = resolution.match
+    return {
+        "status": resolution.status,
+        "reason": resolution.reason,
+        "match": None
+        if match is None
+        else {
+            "model_call_id": match.model_call_id,
+            "cumulative_token_ids": match.cumulative_token_ids,
+            "digest": match.digest,
+            "prev_len": match.prev_len,
+        },
+    }
+
+
+def _resolved_answer(
+    entries: tuple[TokenEntry, ...], request: ResolveRequest, accept_encoding: str | None
+) -> Response:
+    resolution = resolve_lineage(
+        entries, request.fingerprint, request.fingerprint_version, request.context_digests
+    )
+    return json_response(_resolution_payload(resolution), accept_encoding=accept_encoding)
+
+
+async def resolve_answer(
+    store: Any, rollout_id: str, request: ResolveRequest, accept_encoding: str | None
+) -> Response:
+    """Resolve `request` over the rollout's committed entries, read without freezing.
+
+    The store's `committed_entries` is read-only, so a rollout still being
+    written resolves over what its writers were told is stored. An empty
+    fingerprint is a root and reads nothing. Rebuilding a long delta chain and
+    encoding its ids run in a worker thread.
+    """
+    entries: tuple[TokenEntry, ...] = ()
+    if request.fingerprint:
+        entries = await store.committed_entries(rollout_id)
+    tokens = sum(entry.cumulative_length for entry in entries)
+    if tokens >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
+        return await asyncio.to_thread(_resolved_answer, entries, request, accept_encoding)
+    return _resolved_answer(entries, request, accept_encoding)

@@ -5,16 +5,20 @@ Every refusal is an HttpError 422 naming what is wrong.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.lineage_resolution import ResolutionRequestError, resolve_lineage
 from token_finalizer.web.errors import HttpError
 
 __all__ = [
+    "ResolveRequest",
     "call_entry",
     "drop_target",
     "optional_call_id",
     "required_call_id",
+    "resolve_request",
 ]
 
 
@@ -54,3 +58,32 @@ def drop_target(body: dict[str, Any]) -> tuple[str, int]:
     if isinstance(version, bool) or not isinstance(version, int):
         raise HttpError(422, f"version must be an integer, got {version!r}")
     return snapshot_id, version
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveRequest:
+    """A lineage/resolve body, checked: the request's wire form (docs/store-protocol.md)."""
+
+    fingerprint_version: int
+    fingerprint: str
+    context_digests: list[str]
+
+
+def resolve_request(body: dict[str, Any]) -> ResolveRequest:
+    """The checked resolve request; 422 naming the first problem (unknown keys are ignored)."""
+    missing = [
+        key for key in ("fingerprint_version", "fingerprint", "context_digests") if key not in body
+    ]
+    if missing:
+        raise HttpError(422, f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing")
+    digests = body["context_digests"]
+    if not isinstance(digests, list):
+        raise HttpError(422, f"context_digests must be a list, got {type(digests).__name__}")
+    request = ResolveRequest(body["fingerprint_version"], body["fingerprint"], digests)
+    try:
+        # Resolving over no entries checks the request by the resolver's own rules
+        # (version, hex digests) before any entry is read.
+        resolve_lineage((), request.fingerprint, request.fingerprint_version, digests)
+    except ResolutionRequestError as exc:
+        raise HttpError(422, str(exc)) from None
+    return request

@@ -20,16 +20,18 @@ from token_finalizer.core.errors import (
     CaptureRetired,
     InvalidRolloutId,
     SourceUnavailable,
+    StoreFull,
     TokenEntryError,
 )
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.store_protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
-from token_finalizer.store_server._answers import freeze_answer
+from token_finalizer.store_server._answers import freeze_answer, resolve_answer
 from token_finalizer.store_server._requests import (
     call_entry,
     drop_target,
     optional_call_id,
     required_call_id,
+    resolve_request,
 )
 from token_finalizer.web.answers import error_response, json_response
 from token_finalizer.web.auth import BearerTokenGuard
@@ -48,6 +50,7 @@ _STATUS_OF: StatusTable = {
     CaptureFrozen: 409,
     CaptureRetired: 409,
     CaptureCorrupt: 500,
+    StoreFull: 507,
     SourceUnavailable: 503,
 }
 
@@ -75,11 +78,12 @@ def _bad_id_not_found(request: Request) -> Response | None:
 def create_store_app(
     store: Any, *, token: str | None = None, max_body_bytes: int = STORE_MAX_BODY_BYTES
 ) -> FastAPI:
-    """Serve protocol v1 over `store` (put, mark_incomplete, begin_call, freeze, drop).
+    """Serve protocol v1 over `store`, a local memory, file or redis store.
 
-    With `token`, every path but /health needs `Authorization: Bearer <token>`.
-    Request bodies over `max_body_bytes` are refused with 413. The caller owns
-    `store` and closes it.
+    The routes call its put, mark_incomplete, begin_call, freeze, drop, and
+    committed_entries (lineage/resolve, read-only). With `token`, every path
+    but /health needs `Authorization: Bearer <token>`. Request bodies over
+    `max_body_bytes` are refused with 413. The caller owns `store` and closes it.
     """
     app = FastAPI(
         title="token-finalizer capture store",
@@ -140,5 +144,13 @@ def create_store_app(
         body = (await _read(request)).data
         await store.begin_call(rollout_id, required_call_id(body))
         return json_response({"announced": True})
+
+    @app.post(PROTOCOL_PREFIX + "/lineage/resolve")
+    async def resolve_lineage(rollout_id: str, request: Request) -> Response:
+        check_store_id(rollout_id)
+        body = (await _read(request)).data
+        return await resolve_answer(
+            store, rollout_id, resolve_request(body), request.headers.get("accept-encoding")
+        )
 
     return app

@@ -2,7 +2,10 @@
 
 A body over the limit is refused from its Content-Length before a byte of it
 is read, and a chunked body (no length announced) is cut off as soon as it
-grows past the limit, so a runaway client cannot make a server buffer it.
+grows past the limit, so a runaway client cannot make a server buffer it. A
+body that does not arrive in time (REQUEST_BODY_TIMEOUT_S, plus one second
+per REQUEST_BODY_MIN_BYTES_PER_S received) is answered 408, so a client
+trickling its body cannot hold a request open for long.
 Large bodies are parsed in a worker thread so one big rollout does not stall
 the event loop.
 """
@@ -12,11 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from starlette.requests import ClientDisconnect, Request
 
-from token_finalizer._constants import MAX_JSON_DEPTH, PARSE_IN_THREAD_MIN_BYTES
+from token_finalizer._constants import (
+    MAX_JSON_DEPTH,
+    PARSE_IN_THREAD_MIN_BYTES,
+    REQUEST_BODY_MIN_BYTES_PER_S,
+    REQUEST_BODY_TIMEOUT_S,
+)
 from token_finalizer.core.codec import json_depth, json_type_name, loads_exact_json
+from token_finalizer.web.deadlines import request_body_timeout_s
 from token_finalizer.web.errors import HttpError
 
 __all__ = ["JsonBody", "read_json_object"]
@@ -55,12 +65,30 @@ async def _read_limited(request: Request, limit: int, limit_name: str) -> bytear
         raise too_large
     body = bytearray()
     try:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise too_large
-    except ClientDisconnect:
-        raise HttpError(400, "the client disconnected before sending the whole body") from None
+        timeout_s = request_body_timeout_s()
+    except ValueError:  # the CLI refuses to start with it; an embedding gets the default
+        timeout_s = REQUEST_BODY_TIMEOUT_S
+    started = anyio.current_time()
+    # One deadline for the whole body, which every byte received pushes back a
+    # little: a body arriving at a modest rate always makes it, a trickle never does.
+    with anyio.CancelScope(deadline=started + timeout_s) as deadline:
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise too_large
+                deadline.deadline = started + timeout_s + len(body) / REQUEST_BODY_MIN_BYTES_PER_S
+        except ClientDisconnect:
+            raise HttpError(400, "the client disconnected before sending the whole body") from None
+    if deadline.cancelled_caught:
+        raise HttpError(
+            408,
+            f"the request body did not arrive in time ({len(body)} bytes in "
+            f"{anyio.current_time() - started:.0f} s; a body may take {timeout_s:g} s plus 1 s "
+            f"per {REQUEST_BODY_MIN_BYTES_PER_S} bytes received)",
+            # The rest of the body is never read: the connection cannot be reused.
+            headers={"Connection": "close"},
+        )
     return body
 
 

@@ -1,11 +1,17 @@
-"""The options of `finalize` and `retire`, and what they name: the input file and the target."""
+"""The options of `finalize` and `retire`, and what they name: the files and the target.
+
+A path or an option that cannot work is a `UsageError` (exit status 2, one
+line on stderr) raised before anything is finalized or retired: the input is
+opened first, the output checked, the target opened last.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from token_finalizer._constants import BATCH_DEFAULT_CONCURRENCY, BATCH_TOKEN_ENV_VAR
 from token_finalizer.cli.args import positive_int
@@ -19,8 +25,10 @@ __all__ = [
     "RETIRE_HELP",
     "add_finalize_arguments",
     "add_retire_arguments",
+    "check_output",
+    "open_input",
+    "open_output",
     "open_target",
-    "readable_input",
 ]
 
 FINALIZE_HELP = "finalize a JSONL of finished rollout records (offline, output in input order)"
@@ -92,11 +100,64 @@ def open_target(args: argparse.Namespace) -> BatchTarget:
         settings = load_settings(args.config)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    return InProcessTarget(settings, run_id=run_id, source=source)
+    try:
+        return InProcessTarget(settings, run_id=run_id, source=source)
+    except OSError as exc:  # a file source whose directory cannot be created or opened
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise UsageError(
+            f"cannot open the sources of {args.config}: {where}{_reason(exc)}"
+        ) from None
 
 
-def readable_input(path: Path) -> Path:
-    """`path`, when it is a file; UsageError otherwise."""
-    if not path.is_file():
-        raise UsageError(f"input {path} is not a readable file")
-    return path
+# What an OSError means for a file named on the command line, said plainly.
+_REASONS = {
+    errno.ENOENT: "no such file",
+    errno.EISDIR: "it is a directory",
+    errno.ENOTDIR: "a part of the path is not a directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "read-only file system",
+    errno.ENOSPC: "no space left on the device",
+}
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno in _REASONS:
+        return _REASONS[exc.errno]
+    return (exc.strerror or str(exc)).lower()
+
+
+def open_input(path: Path) -> IO[bytes]:
+    """The input file, open for reading; UsageError saying why it cannot be read."""
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {_reason(exc)}") from None
+
+
+def check_output(path: Path, input_path: Path) -> None:
+    """UsageError unless `path` can be created or overwritten, and is not the input.
+
+    Checked before the target is opened and without touching the file; the
+    output is created (or truncated) only once everything else is in place.
+    """
+    directory = path.parent
+    if not directory.exists():
+        raise UsageError(f"cannot write {path}: directory does not exist")
+    if not directory.is_dir():
+        raise UsageError(f"cannot write {path}: {directory} is not a directory")
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory")
+    if path.exists() and path.samefile(input_path):
+        raise UsageError(f"cannot write {path}: it is the input file")
+    if not os.access(path if path.exists() else directory, os.W_OK):
+        raise UsageError(f"cannot write {path}: permission denied")
+
+
+def open_output(path: Path) -> IO[bytes]:
+    """The output file, created or truncated; UsageError saying why it cannot be written."""
+    try:
+        return open(path, "wb")
+    except OSError as exc:
+        reason = "directory does not exist" if exc.errno == errno.ENOENT else _reason(exc)
+        raise UsageError(f"cannot write {path}: {reason}") from None

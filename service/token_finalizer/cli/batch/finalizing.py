@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -20,7 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from token_finalizer.cli.batch.arguments import open_target, readable_input
+from token_finalizer.cli.batch.arguments import (
+    check_output,
+    open_input,
+    open_output,
+    open_target,
+)
 from token_finalizer.cli.batch.lines import Line, fsync, read_jsonl
 from token_finalizer.cli.batch.progress import Progress
 from token_finalizer.cli.batch.running import (
@@ -134,18 +140,19 @@ def _per_record_warnings_muted() -> Iterator[None]:
 
 
 def _finalize(args: argparse.Namespace) -> int:
-    source_path = readable_input(args.input)
     output_path: Path = args.output
-    if output_path.exists() and output_path.resolve() == source_path.resolve():
-        raise UsageError("the output must not be the input file")
-    target = open_target(args)
-    summary = _FinalizeSummary()
-    progress = Progress("finalize", source_path.stat().st_size)
-    with (
-        _per_record_warnings_muted(),
-        open(source_path, "rb") as reader,
-        open(output_path, "wb") as writer,
-    ):
+    with contextlib.ExitStack() as stack:
+        reader = stack.enter_context(open_input(args.input))
+        check_output(output_path, args.input)
+        target = open_target(args)
+        try:
+            writer = stack.enter_context(open_output(output_path))
+        except UsageError:
+            asyncio.run(target.close())
+            raise
+        stack.enter_context(_per_record_warnings_muted())
+        summary = _FinalizeSummary()
+        progress = Progress("finalize", os.fstat(reader.fileno()).st_size)
 
         def write(written: _Written) -> None:
             writer.write(written.payload + b"\n")

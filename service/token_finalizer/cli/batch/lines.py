@@ -41,10 +41,11 @@ def _parse_line(number: int, raw: bytes) -> Line:
     return Line(number, value)
 
 
-def read_jsonl(handle: IO[bytes], progress: Progress) -> Iterator[Line]:
+def read_jsonl(handle: IO[bytes], progress: Progress | None = None) -> Iterator[Line]:
     """Every line of `handle`, numbered from 1 and parsed, lazily; `progress` counts the bytes."""
     for number, raw in enumerate(handle, start=1):
-        progress.advance(len(raw))
+        if progress is not None:
+            progress.advance(len(raw))
         yield _parse_line(number, raw)
 
 

@@ -3,27 +3,49 @@
 A line is retired through its `retire` object (the finalize answer's ticket);
 masked and failed builds have none and are never retired, and neither are
 error lines.
+
+The input must be what `token-finalizer finalize` wrote. A file of rollout
+records (finalize's input, a common slip) is refused at its first record,
+before anything is retired; a file in which no line is a finalize answer
+ends with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from token_finalizer.cli.batch.arguments import open_target, readable_input
+from token_finalizer.cli.batch.arguments import open_input, open_target
 from token_finalizer.cli.batch.lines import Line, read_jsonl
 from token_finalizer.cli.batch.progress import Progress
-from token_finalizer.cli.batch.running import EXIT_OK, EXIT_STOPPED, in_order, run_command
+from token_finalizer.cli.batch.running import (
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    UsageError,
+    in_order,
+    run_command,
+)
 
 if TYPE_CHECKING:
     from token_finalizer.cli.batch.targets import BatchTarget
 
 __all__ = ["retire_command"]
+
+_PASS_FINALIZE_OUTPUT = "pass the output of `token-finalizer finalize`"
+# How many lines the check of the input's kind reads to find its first object line.
+_KIND_CHECK_LINES = 1000
+# Keys of a rollout record (finalize's input) that no finalize answer has at its top.
+_RECORD_KEYS = frozenset({"response", "responses_create_params", "agent_ref", "reward"})
+# Outcomes of lines that are finalize answers (retired or not).
+_ANSWER_OUTCOMES = ("retired", "not_retired", "not_retirable", "refused")
 
 
 @dataclass(slots=True)
@@ -32,19 +54,36 @@ class _Retirement:
 
     number: int
     ticket: dict[str, Any] | None = None
-    skip: str | None = None  # error_line, not_retirable, unreadable
+    skip: str | None = None  # error_line, not_retirable, not_an_answer, unreadable
     error: str | None = None
+
+
+def _is_error_line(data: dict[str, Any]) -> bool:
+    """finalize's line for an input line it could not finalize: {"line": N, "error": ...}."""
+    return "record" not in data and "error" in data
+
+
+def _not_an_answer(data: dict[str, Any]) -> str | None:
+    """What an object line is when it is not a finalize answer (None when it is one)."""
+    if "retire" in data:
+        return None
+    if "record" not in data and (
+        any(key.startswith("_ng_") for key in data) or not _RECORD_KEYS.isdisjoint(data)
+    ):
+        return "a rollout record, not a finalize answer"
+    return "not a finalize answer (it has no `retire` key)"
 
 
 def _retirement(line: Line) -> _Retirement:
     data = line.data
     if data is None:
         return _Retirement(line.number, skip="unreadable", error=line.error)
-    if "record" not in data and "error" in data:
+    if _is_error_line(data):
         return _Retirement(line.number, skip="error_line")
-    if "retire" not in data:
-        error = "not a finalize answer (no `retire` key): is this the finalize output file?"
-        return _Retirement(line.number, skip="unreadable", error=error)
+    problem = _not_an_answer(data)
+    if problem is not None:
+        error = f"{problem}: {_PASS_FINALIZE_OUTPUT}"
+        return _Retirement(line.number, skip="not_an_answer", error=error)
     ticket = data["retire"]
     if ticket is None:
         return _Retirement(line.number, skip="not_retirable")
@@ -52,6 +91,26 @@ def _retirement(line: Line) -> _Retirement:
         error = "`retire` is not the object finalize answered"
         return _Retirement(line.number, skip="unreadable", error=error)
     return _Retirement(line.number, ticket=ticket)
+
+
+def _check_first_object_line(handle: IO[bytes]) -> None:
+    """UsageError when the first object line (error lines aside) is not a finalize answer.
+
+    Reads at most `_KIND_CHECK_LINES` lines, then rewinds `handle` (a pipe, which
+    cannot be rewound, is not checked: its lines are judged one by one).
+    """
+    if not handle.seekable():
+        return
+    try:
+        for line in itertools.islice(read_jsonl(handle), _KIND_CHECK_LINES):
+            if line.data is None or _is_error_line(line.data):
+                continue
+            problem = _not_an_answer(line.data)
+            if problem is not None:
+                raise UsageError(f"line {line.number} is {problem}: {_PASS_FINALIZE_OUTPUT}")
+            return
+    finally:
+        handle.seek(0)
 
 
 def _read_retirements(handle: IO[bytes], progress: Progress) -> Iterator[_Retirement]:
@@ -75,7 +134,7 @@ async def _retire_line(target: BatchTarget, item: _Retirement) -> tuple[_Retirem
 
 
 def _retire_summary(lines: int, outcomes: Counter[str]) -> str:
-    failed = outcomes["unreadable"] + outcomes["refused"]
+    failed = outcomes["unreadable"] + outcomes["refused"] + outcomes["not_an_answer"]
     return (
         f"retire: {lines} lines: {outcomes['retired']} retired, "
         f"{outcomes['not_retired']} not retired (the store moved on), "
@@ -85,19 +144,19 @@ def _retire_summary(lines: int, outcomes: Counter[str]) -> str:
 
 
 def _retire(args: argparse.Namespace) -> int:
-    source_path = readable_input(args.input)
-    target = open_target(args)
-    outcomes: Counter[str] = Counter()
-    progress = Progress("retire", source_path.stat().st_size)
+    with open_input(args.input) as reader:
+        _check_first_object_line(reader)
+        target = open_target(args)
+        outcomes: Counter[str] = Counter()
+        progress = Progress("retire", os.fstat(reader.fileno()).st_size)
 
-    def tally(result: tuple[_Retirement, str]) -> None:
-        item, outcome = result
-        outcomes[outcome] += 1
-        progress.done_line()
-        if item.error is not None:
-            progress.report(item.number, item.error)
+        def tally(result: tuple[_Retirement, str]) -> None:
+            item, outcome = result
+            outcomes[outcome] += 1
+            progress.done_line()
+            if item.error is not None:
+                progress.report(item.number, item.error)
 
-    with open(source_path, "rb") as reader:
         try:
             stopped = asyncio.run(
                 in_order(
@@ -114,6 +173,13 @@ def _retire(args: argparse.Namespace) -> int:
     if stopped is not None:
         sys.stderr.write(f"retire: stopped at {stopped}\n")
         return EXIT_STOPPED
+    answers = sum(outcomes[outcome] for outcome in _ANSWER_OUTCOMES)
+    if answers == 0 and outcomes["not_an_answer"] + outcomes["unreadable"] > 0:
+        sys.stderr.write(
+            f"token-finalizer retire: no line of {args.input} is a finalize answer: "
+            f"{_PASS_FINALIZE_OUTPUT}\n"
+        )
+        return EXIT_USAGE
     return EXIT_OK
 
 

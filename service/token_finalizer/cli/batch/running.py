@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from token_finalizer.cli.batch.targets import BatchTarget
 
-__all__ = ["EXIT_OK", "EXIT_STOPPED", "UsageError", "in_order", "run_command"]
+__all__ = ["EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "UsageError", "in_order", "run_command"]
 
 EXIT_OK = 0
 EXIT_STOPPED = 1
@@ -28,7 +28,7 @@ _Result = TypeVar("_Result")
 
 
 class UsageError(Exception):
-    """Arguments or configuration that cannot work (exit status 2)."""
+    """Arguments, files or configuration that cannot work (exit status 2, one line on stderr)."""
 
 
 async def in_order(
@@ -61,11 +61,14 @@ async def in_order(
 def run_command(
     command: Callable[[argparse.Namespace], int], args: argparse.Namespace, name: str
 ) -> int:
-    """`command`'s exit status, or 2 for a UsageError and 130 for an interrupt (both said)."""
+    """`command`'s exit status, or 2 for a UsageError and 130 for an interrupt (both said).
+
+    A UsageError is said in one line: `token-finalizer NAME: MESSAGE`.
+    """
     try:
         return command(args)
     except UsageError as exc:
-        sys.stderr.write(f"token-finalizer {name}: error: {exc}\n")
+        sys.stderr.write(f"token-finalizer {name}: {exc}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         # The lines written so far were fsynced on the way out.

@@ -1,0 +1,258 @@
+"""`HttpLineageResolver`: request-time lineage from a remote capture store (protocol v1).
+
+A NeMo Gym 0.7 model server asks, before it dispatches a call, which committed
+call of the rollout the request continues (its `LineageResolver` protocol):
+
+    resolver = HttpLineageResolver(url="http://capture-store:8100", token=...)
+    resolution = await resolver.resolve("3-0", request_items)
+    if resolution.status == "resolved":
+        parent = resolution.match   # model_call_id, cumulative_token_ids, digest, prev_len
+    await resolver.close()
+
+The items are hashed here (`_fingerprint`, bit-exact with the service) and
+only the hashes travel: `POST .../lineage/resolve` with the assistant
+fingerprint and the digest of every prefix of the items. The store compares
+strings over the rollout's committed entries and answers the match with its
+full cumulative token ids. A request without model-authored items is a root
+and sends nothing.
+
+`resolve` never raises: an unreachable store, a timeout, a refusal, an answer
+that is not a resolution, items that cannot be fingerprinted or a bad rollout
+id all answer `unresolved` with reason `lookup_error` (and a warning in the
+log), which a 0.7 writer records as an unresolved boundary. Requests go
+through the same request building, retry policy (connection trouble and
+502/503/504; a resolve is read-only) and error mapping as `HttpTokenSink`.
+
+`status` is a `StrEnum` equal to the strings "root", "resolved" and
+"unresolved". When NeMo Gym's `nemo_gym.token_id_capture.records` is loaded in
+the process (a 0.7 model server), it is Gym's own `ParentResolutionStatus`
+member, so the entries Gym stamps with it serialize without pydantic warnings;
+otherwise it is this package's `ResolutionStatus`. Gym is never imported here.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from token_finalizer_client._constants import DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES
+from token_finalizer_client._exceptions import FinalizerError
+from token_finalizer_client._fingerprint import (
+    FINGERPRINT_VERSION,
+    assistant_fingerprint,
+    context_digests,
+)
+from token_finalizer_client._retry import RetryPolicy, asend_with_retries
+from token_finalizer_client._sink import _CAPTURE_PATH, _CONNECT_TIMEOUT_S, _check_id
+from token_finalizer_client._wire import WireRequest, check_base_url, default_headers, read_object
+
+__all__ = [
+    "LOOKUP_ERROR",
+    "HttpLineageResolver",
+    "LineageMatch",
+    "LineageResolution",
+    "ResolutionStatus",
+]
+
+logger = logging.getLogger("token_finalizer_client")
+
+# The reason of every resolution this client could not obtain from the store.
+LOOKUP_ERROR = "lookup_error"
+_RESOLVE_OPERATION = "lineage/resolve"
+# Where NeMo Gym 0.7 defines ParentResolutionStatus (looked up, never imported).
+_GYM_RECORDS_MODULE = "nemo_gym.token_id_capture.records"
+
+
+class ResolutionStatus(enum.StrEnum):
+    """Whether a request continues a committed call: equal to the strings it names."""
+
+    ROOT = "root"
+    RESOLVED = "resolved"
+    UNRESOLVED = "unresolved"
+
+
+@dataclass(frozen=True, slots=True)
+class LineageMatch:
+    """The committed call a request continues, with its full cumulative token ids.
+
+    `prev_len` is the length of `cumulative_token_ids`. `staging_chain` and
+    `chain_hash` belong to NeMo Gym's external staging, which this store does
+    not do: always empty, present because a 0.7 model server reads them.
+    """
+
+    model_call_id: str
+    cumulative_token_ids: tuple[int, ...]
+    digest: str
+    prev_len: int
+    staging_chain: tuple[str, ...] = ()
+    chain_hash: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LineageResolution:
+    """One request-time parent decision: a match exactly when `status` is resolved."""
+
+    status: enum.StrEnum
+    match: LineageMatch | None = None
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.status == ResolutionStatus.RESOLVED) != (self.match is not None):
+            needs = "needs" if self.match is None else "cannot carry"
+            raise ValueError(f"a {self.status} resolution {needs} a match")
+
+
+def _status(name: str) -> enum.StrEnum:
+    """The status named `name`: Gym's own enum member when Gym is loaded, else ours."""
+    gym = sys.modules.get(_GYM_RECORDS_MODULE)
+    gym_status = getattr(gym, "ParentResolutionStatus", None)
+    if isinstance(gym_status, type) and issubclass(gym_status, enum.StrEnum):
+        try:
+            return gym_status(name)
+        except ValueError:
+            pass
+    return ResolutionStatus(name)
+
+
+def _unresolved(reason: str) -> LineageResolution:
+    return LineageResolution(_status(ResolutionStatus.UNRESOLVED.value), None, reason)
+
+
+def _token_ids(value: object) -> tuple[int, ...]:
+    # Both checks loop in C: a long match holds hundreds of thousands of ids.
+    if (
+        not isinstance(value, list)
+        or not set(map(type, value)) <= {int}
+        or min(value, default=0) < 0
+    ):
+        raise FinalizerError("cumulative_token_ids is not a list of token ids")
+    return tuple(value)
+
+
+def _match(value: object) -> LineageMatch:
+    if not isinstance(value, dict):
+        raise FinalizerError(f"a resolved answer's match is not an object: {value!r:.200}")
+    call_id, digest = value.get("model_call_id"), value.get("digest")
+    prev_len = value.get("prev_len")
+    if not isinstance(call_id, str) or not call_id:
+        raise FinalizerError(f"the match names no model_call_id: {call_id!r:.200}")
+    if not isinstance(digest, str):
+        raise FinalizerError(f"the match's digest is not a string: {digest!r:.200}")
+    if type(prev_len) is not int:
+        raise FinalizerError(f"the match's prev_len is not a length: {prev_len!r:.200}")
+    token_ids = _token_ids(value.get("cumulative_token_ids"))
+    if prev_len != len(token_ids):
+        raise FinalizerError(f"prev_len {prev_len} is not the match's {len(token_ids)} token ids")
+    return LineageMatch(call_id, token_ids, digest, prev_len)
+
+
+def _read_resolution(body: dict[str, Any]) -> LineageResolution:
+    """A resolve answer as a LineageResolution; FinalizerError when it is not one."""
+    status, reason, match = body.get("status"), body.get("reason", ""), body.get("match")
+    if status not in tuple(ResolutionStatus):
+        raise FinalizerError(f"the resolve answer's status is {status!r:.200}")
+    if not isinstance(reason, str):
+        raise FinalizerError(f"the resolve answer's reason is not a string: {reason!r:.200}")
+    if status == ResolutionStatus.RESOLVED:
+        return LineageResolution(_status(str(status)), _match(match), reason)
+    if match is not None:
+        raise FinalizerError(f"a {status} answer carries a match")
+    return LineageResolution(_status(str(status)), None, reason)
+
+
+class HttpLineageResolver:
+    """NeMo Gym 0.7 `LineageResolver` over a remote capture store (read-only)."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._retry = RetryPolicy(max_retries)
+        self.max_retries = max_retries
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.url = check_base_url(url)
+        self._headers = default_headers(token, None)
+        self._timeout = httpx.Timeout(timeout, connect=min(timeout, _CONNECT_TIMEOUT_S))
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"HttpLineageResolver(url={self.url!r})"
+
+    async def __aenter__(self) -> HttpLineageResolver:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._closed:
+            raise FinalizerError(f"{self!r} is closed")
+        if self._client is None:
+            # Created on first use, inside the model server's event loop.
+            self._client = httpx.AsyncClient(
+                base_url=self.url,
+                headers=self._headers,
+                timeout=self._timeout,
+                limits=DEFAULT_CONNECTION_LIMITS,
+                transport=self._transport,
+            )
+        return self._client
+
+    async def _ask(self, rollout_id: str, fingerprint: str, digests: list[str]) -> dict[str, Any]:
+        path = f"/ng-rollout/{_check_id(rollout_id, 'rollout_id')}/{_CAPTURE_PATH}/"
+        request = WireRequest.json(
+            "POST",
+            path + _RESOLVE_OPERATION,
+            {
+                "fingerprint_version": FINGERPRINT_VERSION,
+                "fingerprint": fingerprint,
+                "context_digests": digests,
+            },
+        )
+        return read_object(await asend_with_retries(self._http(), request, self._retry))
+
+    async def resolve(self, rollout_id: str, request_items: Sequence[Any]) -> LineageResolution:
+        """Which committed call `request_items` continues: root, resolved or unresolved.
+
+        Never raises; any failure is `unresolved` with reason `lookup_error`.
+        """
+        try:
+            fingerprint = assistant_fingerprint(request_items)
+            if not fingerprint:
+                return LineageResolution(_status(ResolutionStatus.ROOT.value))
+            digests = context_digests(request_items)
+            return _read_resolution(await self._ask(rollout_id, fingerprint, digests))
+        except Exception as exc:  # a resolver answers; it never fails the model call
+            logger.warning(
+                "lineage lookup of rollout %r at %s failed (%s: %s); answering unresolved",
+                rollout_id,
+                self.url,
+                type(exc).__name__,
+                exc,
+            )
+            return _unresolved(LOOKUP_ERROR)
+
+    def is_process_shared(self) -> bool:
+        """True: every model-server worker reads the same store."""
+        return True
+
+    async def close(self) -> None:
+        """Close the connection pool; safe to call twice. Resolving after it is a lookup_error."""
+        self._closed = True
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()

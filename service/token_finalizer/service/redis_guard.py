@@ -1,0 +1,244 @@
+"""The mask-fraction guard shared through Redis (`guard: {redis: URL}`).
+
+Every worker of every finalizer replica counts into the same totals, so a
+run trips on the sum of what all of them finalized, and once tripped it is
+refused by all of them. One hash per run, under the configured `key_prefix`:
+
+    <prefix>run:<run id>   HASH   finalized, masked, tripped ("1" once tripped),
+                                  reason:<mask reason> -> count
+
+- `observe` is one Lua script (EVALSHA via redis-py's `register_script`):
+  it counts the build, decides and sets `tripped`, and pushes the key's
+  expiry `run_ttl_s` out, atomically, so two replicas counting the crossing
+  pair at the same moment cannot both miss it.
+- `check` is one HGETALL before any work: a tripped run is refused there.
+- A run's key expires `run_ttl_s` (default 7 days) after its last counted
+  finalize: a run nobody finalizes for that long is forgotten, tripped or not,
+  and Redis holds only runs that are alive (each key is a few hundred bytes;
+  run ids are at most MAX_RUN_ID_LENGTH characters).
+
+**Redis out of reach: fail open.** The guard protects data quality; a
+Redis outage must not stop training. A failed check or count is logged
+(at most once per `_RETRY_AFTER_S`), counted in
+`token_finalizer_guard_unavailable_total{operation}`, and the finalize
+goes on unguarded. After a failure the guard leaves Redis alone for
+`_RETRY_AFTER_S`, so an unreachable server costs one timeout per window,
+not one per call. Counts missed meanwhile are lost, which can only delay a
+trip, never cause a wrong one.
+
+Every replica must use the same `max_mask_fraction` and
+`mask_fraction_min_samples` (they are passed to the script per call): the
+decision is taken by whichever replica counts the crossing call, and the
+tripped flag is then shared by all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
+
+from token_finalizer.core.build import Build
+from token_finalizer.core.redaction import redact, redacted_url
+from token_finalizer.service.guard import check_run_id, mask_fraction_refusal
+from token_finalizer.service.metrics import ServiceMetrics
+from token_finalizer.sources.redis import check_key_prefix, check_redis_url
+
+__all__ = ["DEFAULT_KEY_PREFIX", "DEFAULT_RUN_TTL_S", "RedisMaskFractionGuard"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_KEY_PREFIX: Final = "token-finalizer:guard:"
+DEFAULT_RUN_TTL_S: Final = 7 * 86_400.0
+DEFAULT_TIMEOUT_S: Final = 1.0
+# After a Redis failure the guard skips Redis this long (finalizes go on unguarded).
+_RETRY_AFTER_S: Final = 5.0
+# One immediate retry: a pooled connection that a Redis restart closed is
+# replaced at once; a server that is really gone fails fast.
+_RETRIES: Final = 1
+
+# KEYS[1] the run's hash. ARGV: masked ("1"/"0"), mask reason, min samples,
+# max mask fraction (Python's repr: strtod reads back the same double), TTL ms.
+# Answers nil while the run is not tripped, else HGETALL of the run.
+_OBSERVE: Final = """
+local finalized = redis.call('HINCRBY', KEYS[1], 'finalized', 1)
+local masked
+if ARGV[1] == '1' then
+  masked = redis.call('HINCRBY', KEYS[1], 'masked', 1)
+  redis.call('HINCRBY', KEYS[1], 'reason:' .. ARGV[2], 1)
+else
+  masked = tonumber(redis.call('HGET', KEYS[1], 'masked') or '0')
+end
+local tripped = redis.call('HGET', KEYS[1], 'tripped') == '1'
+if not tripped and finalized >= tonumber(ARGV[3])
+    and masked / finalized > tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[1], 'tripped', '1')
+  tripped = true
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if tripped then
+  return redis.call('HGETALL', KEYS[1])
+end
+return false
+"""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _fields(reply: Any) -> dict[str, str]:
+    """A hash as str -> str, from HGETALL's mapping or the script's flat list."""
+    if isinstance(reply, dict):
+        return {_text(k): _text(v) for k, v in reply.items()}
+    flat = list(reply)
+    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
+
+
+class RedisMaskFractionGuard:
+    """RunGuard whose counts and tripped flags live in Redis, shared by every replica."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_mask_fraction: float,
+        min_samples: int,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        run_ttl_s: float = DEFAULT_RUN_TTL_S,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        metrics: ServiceMetrics | None = None,
+    ) -> None:
+        if not 0.0 <= max_mask_fraction <= 1.0:
+            raise ValueError(f"max_mask_fraction must be in [0, 1], got {max_mask_fraction!r}")
+        if min_samples < 1:
+            raise ValueError(f"min_samples must be >= 1, got {min_samples!r}")
+        if not run_ttl_s > 0 or not timeout_s > 0:
+            raise ValueError("run_ttl_s and timeout_s must be > 0")
+        self.max_mask_fraction = max_mask_fraction
+        self.min_samples = min_samples
+        self.key_prefix = check_key_prefix(key_prefix)
+        self._ttl_ms = max(1, round(run_ttl_s * 1000))
+        self._metrics = metrics
+        self._where = redacted_url(check_redis_url(url))
+        self._client: Redis = Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), _RETRIES),
+            decode_responses=False,
+        )
+        self._observe: AsyncScript = self._client.register_script(_OBSERVE)
+        self._down_until = 0.0
+        self._closed = False
+
+    def __repr__(self) -> str:  # never shows a password
+        return f"RedisMaskFractionGuard({self._where!r}, key_prefix={self.key_prefix!r})"
+
+    @property
+    def enabled(self) -> bool:
+        """Always: this guard is only opened when `max_mask_fraction` is configured."""
+        return True
+
+    def key(self, run_id: str) -> str:
+        """The run's hash (the id's length is checked first)."""
+        return f"{self.key_prefix}run:{check_run_id(run_id)}"
+
+    # -- failing open ------------------------------------------------------------------
+
+    def _skipping(self, operation: str) -> bool:
+        """True (and counted) while Redis is being left alone after a failure."""
+        if self._closed or time.monotonic() < self._down_until:
+            self._unguarded(operation)
+            return True
+        return False
+
+    def _failed(self, operation: str, exc: BaseException) -> None:
+        self._down_until = time.monotonic() + _RETRY_AFTER_S
+        self._unguarded(operation)
+        logger.warning(
+            "mask-fraction guard: redis %s unavailable (%s); finalizes go on unguarded "
+            "for the next %.0f s",
+            self._where,
+            redact(f"{operation}: {type(exc).__name__}: {exc}"),
+            _RETRY_AFTER_S,
+        )
+
+    def _unguarded(self, operation: str) -> None:
+        if self._metrics is not None:
+            self._metrics.guard_unavailable.labels(operation).inc()
+
+    # -- RunGuard ----------------------------------------------------------------------
+
+    def _refusal(self, run_id: str, fields: dict[str, str]) -> Exception:
+        reasons = {
+            name.removeprefix("reason:"): int(count)
+            for name, count in fields.items()
+            if name.startswith("reason:")
+        }
+        return mask_fraction_refusal(
+            run_id,
+            self.max_mask_fraction,
+            finalized=int(fields.get("finalized", 0)),
+            masked=int(fields.get("masked", 0)),
+            reasons=reasons,
+        )
+
+    async def check(self, run_id: str) -> None:
+        """Raise the 409 when any replica tripped this run (one HGETALL)."""
+        key = self.key(run_id)
+        if self._skipping("check"):
+            return
+        try:
+            reply = await self._client.hgetall(key)
+        except (RedisError, OSError) as exc:
+            self._failed("check", exc)
+            return
+        fields = _fields(reply)
+        if fields.get("tripped") == "1":
+            raise self._refusal(run_id, fields)
+
+    async def observe(self, run_id: str, build: Build | None) -> None:
+        """Count one build into the shared totals; raise the 409 once the run is tripped."""
+        if build is None:
+            return
+        key = self.key(run_id)
+        if self._skipping("observe"):
+            return
+        masked = "1" if build.mask_sample else "0"
+        reason = build.mask_reason or "unknown"
+        args: list[str | int] = [
+            masked,
+            reason,
+            self.min_samples,
+            repr(self.max_mask_fraction),
+            self._ttl_ms,
+        ]
+        try:
+            reply = await self._observe(keys=[key], args=args)
+        except (RedisError, OSError) as exc:
+            self._failed("observe", exc)
+            return
+        if reply:
+            raise self._refusal(run_id, _fields(reply))
+
+    async def counts(self, run_id: str) -> dict[str, str]:
+        """The run's hash as stored (for operators and tests); empty when unknown."""
+        return _fields(await self._client.hgetall(self.key(run_id)))
+
+    async def ping(self) -> None:
+        """Raise unless Redis answers PING."""
+        await self._client.ping()
+
+    async def aclose(self) -> None:
+        """Close the connection pool; idempotent. A closed guard lets every call through."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._client.aclose()

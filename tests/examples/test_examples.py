@@ -1,0 +1,423 @@
+"""The quickstart for real: every examples/ script, and the curl commands of docs/quickstart.md.
+
+Each example runs as a subprocess (`sys.executable examples/NAME.py ...`)
+against a finalizer (`serve --config`) and a capture store (`store serve
+--dir`) started on free loopback ports, exactly as a newcomer would run them,
+so the examples and the walk-through cannot rot unnoticed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.servers import free_port, running_process
+from token_finalizer import FileTokenStore
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+QUICKSTART = REPO / "docs" / "quickstart.md"
+README = REPO / "README.md"
+ROLLOUT = "quickstart-0"
+# The examples read these; the tests name every address explicitly instead.
+_EXAMPLE_ENV = ("FINALIZER_URL", "FINALIZER_TOKEN", "CAPTURE_DIR", "CAPTURE_STORE_URL")
+_EXAMPLE_ENV += ("CAPTURE_TOKEN", "FINALIZED_JSONL", "FINALIZER_A_URL", "FINALIZER_B_URL")
+# The addresses docs/quickstart.md uses, replaced by the test servers' own.
+_DOC_FINALIZER = "http://127.0.0.1:8000"
+_DOC_STORE = "http://127.0.0.1:8100"
+
+
+def run_example(
+    name: str, *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run examples/NAME as a newcomer would: its own process, its own working directory."""
+    clean = {key: value for key, value in os.environ.items() if key not in _EXAMPLE_ENV}
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        cwd=cwd,
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    """The stdout of a run that has to succeed (its output shown when it did not)."""
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def token_items(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item for item in record["response"]["output"] if "generation_token_ids" in item]
+
+
+def assert_unmasked_with_tokens(record: dict[str, Any]) -> None:
+    assert "mask_sample" not in record, record.get("_ng_token_capture")
+    items = token_items(record)
+    assert len(items) == 3
+    for item in items:
+        assert item["prompt_token_ids"] and all(type(i) is int for i in item["prompt_token_ids"])
+        assert item["generation_token_ids"]
+        assert len(item["generation_log_probs"]) == len(item["generation_token_ids"])
+
+
+@contextlib.contextmanager
+def serving_finalizer(
+    tmp_path: Path, source: str, *, name: str = "finalizer", extra: str = ""
+) -> Iterator[str]:
+    """`serve --config` with that one source (and `extra` YAML) until the block ends; its URL."""
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(f"sources:\n  {source}\n{extra}")
+    port = free_port()
+    with running_process(["serve", "--config", str(config), "--port", str(port)], port=port):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def finalizer(tmp_path: Path) -> Iterator[str]:
+    """`serve` with one file source over tmp_path/capture (the embedded default's layout)."""
+    with serving_finalizer(tmp_path, f"local: {{kind: file, dir: {tmp_path / 'capture'}}}") as url:
+        yield url
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[str]:
+    """`store serve --dir tmp_path/store`."""
+    port = free_port()
+    args = ["store", "serve", "--dir", str(tmp_path / "store"), "--port", str(port)]
+    with running_process(args, port=port):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def remote_finalizer(tmp_path: Path, store: str) -> Iterator[str]:
+    """`serve` whose only source is the capture store, through an http source."""
+    with serving_finalizer(tmp_path, f'store: {{kind: http, url: "{store}"}}') as url:
+        yield url
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, store: str) -> Iterator[tuple[str, str]]:
+    """Two `serve` replicas in front of the store, sharing one retire.key (docker-compose.yml)."""
+    source = f'store: {{kind: http, url: "{store}"}}'
+    extra = "retire: {key: examples-shared-secret}\n"
+    with (
+        serving_finalizer(tmp_path, source, name="replica-a", extra=extra) as replica_a,
+        serving_finalizer(tmp_path, source, name="replica-b", extra=extra) as replica_b,
+    ):
+        yield replica_a, replica_b
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> Path:
+    """Rollout quickstart-0 written by examples/write_capture_file.py into tmp_path/capture."""
+    ok(run_example("write_capture_file.py", "--dir", str(tmp_path / "capture"), cwd=tmp_path))
+    return tmp_path / "capture"
+
+
+# -- the examples -----------------------------------------------------------------
+
+
+ALL_EXAMPLES = sorted(path.name for path in EXAMPLES.glob("*.py"))
+
+
+def test_every_example_is_run_here() -> None:
+    """Every script in examples/ is run by a test of this module."""
+    source = Path(__file__).read_text()
+    assert ALL_EXAMPLES
+    assert [name for name in ALL_EXAMPLES if f'"{name}"' not in source] == []
+
+
+@pytest.mark.parametrize("name", ALL_EXAMPLES)
+def test_example_docstring_says_who_and_how(name: str) -> None:
+    """Each example opens with a docstring saying who it is for and how to run it."""
+    result = run_example(name, "--help", cwd=REPO)
+    assert ok(result).startswith("usage:")
+    text = (EXAMPLES / name).read_text()
+    docstring = text.split('"""')[1]
+    assert "For:" in docstring and "Run" in docstring and f"examples/{name}" in docstring
+
+
+def test_write_capture_file_writes_one_entry_per_call(tmp_path: Path) -> None:
+    """By default the file writer puts 3 full TokenEntries into ./capture/ROLLOUT.tokens.jsonl."""
+    ok(run_example("write_capture_file.py", cwd=tmp_path))
+    entries = read_jsonl(tmp_path / "capture" / f"{ROLLOUT}.tokens.jsonl")
+    fields = {"rollout_id", "model_call_id", "prompt_token_ids", "generation_token_ids"}
+    fields |= {"generation_log_probs", "output_items", "token_item_index", "created_at"}
+    assert [entry["model_call_id"] for entry in entries] == ["call-0", "call-1", "call-2"]
+    assert all(fields <= entry.keys() and entry["rollout_id"] == ROLLOUT for entry in entries)
+    for before, after in itertools.pairwise(entries):
+        context = before["prompt_token_ids"] + before["generation_token_ids"]
+        assert after["prompt_token_ids"][: len(context)] == context
+
+
+def test_write_capture_file_takes_its_directory_from_the_environment(tmp_path: Path) -> None:
+    """$CAPTURE_DIR names the capture directory when --dir is not given."""
+    env = {"CAPTURE_DIR": str(tmp_path / "elsewhere")}
+    ok(run_example("write_capture_file.py", "--rollout-id", "7-0", cwd=tmp_path, env=env))
+    assert FileTokenStore(tmp_path / "elsewhere").status("7-0") is not None
+
+
+def test_write_capture_file_refuses_a_second_run(tmp_path: Path, written: Path) -> None:
+    """Running the writer again for the same rollout exits 1 and leaves the capture intact."""
+    result = run_example("write_capture_file.py", "--dir", str(written), cwd=tmp_path)
+    assert result.returncode == 1 and "another --rollout-id" in result.stderr
+    assert FileTokenStore(written).status(ROLLOUT)["incomplete"] is False
+
+
+def test_finalize_with_client_writes_an_unmasked_record(
+    tmp_path: Path, finalizer: str, written: Path
+) -> None:
+    """The harness stores an unmasked record carrying prompt and generation token ids."""
+    out = tmp_path / "finalized.jsonl"
+    args = ["--finalizer-url", finalizer, "--out", str(out), "--no-retire"]
+    stdout = ok(run_example("finalize_with_client.py", *args, cwd=tmp_path))
+    assert "mask_sample: false" in stdout
+    [answer] = read_jsonl(out)
+    assert_unmasked_with_tokens(answer["record"])
+    assert answer["retire"]["rollout_id"] == ROLLOUT
+    assert FileTokenStore(written).status(ROLLOUT)["retired"] is False
+
+
+def test_finalize_with_client_retires_after_the_durable_write(
+    tmp_path: Path, finalizer: str, written: Path
+) -> None:
+    """Without --no-retire the harness retires the capture once the JSONL line is written."""
+    env = {"FINALIZER_URL": finalizer}
+    stdout = ok(run_example("finalize_with_client.py", cwd=tmp_path, env=env))
+    assert "retired: true" in stdout
+    assert len(read_jsonl(tmp_path / "finalized.jsonl")) == 1
+    assert FileTokenStore(written).status(ROLLOUT)["retired"] is True
+
+
+def test_finalize_with_client_reports_an_unreachable_finalizer(tmp_path: Path) -> None:
+    """With no finalizer listening, the harness exits 2 saying how to start one."""
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run_example("finalize_with_client.py", "--finalizer-url", url, cwd=tmp_path)
+    assert result.returncode == 2 and "token-finalizer serve" in result.stderr
+
+
+def test_retire_after_durable_write_retires_the_stored_answer(
+    tmp_path: Path, finalizer: str, written: Path
+) -> None:
+    """The trainer retires the `retire` object it reads back from the durable JSONL."""
+    env = {"FINALIZER_URL": finalizer}
+    ok(run_example("finalize_with_client.py", "--no-retire", cwd=tmp_path, env=env))
+    stdout = ok(run_example("retire_after_durable_write.py", cwd=tmp_path, env=env))
+    assert stdout.strip() == f"line 1: {ROLLOUT}: retired true"
+    assert FileTokenStore(written).status(ROLLOUT)["retired"] is True
+
+
+def test_retire_after_durable_write_skips_a_masked_answer(tmp_path: Path, finalizer: str) -> None:
+    """A masked answer has no `retire` object: the trainer skips it and keeps its capture."""
+    env = {"FINALIZER_URL": finalizer}
+    args = ["--rollout-id", "never-written", "--no-retire"]
+    ok(run_example("finalize_with_client.py", *args, cwd=tmp_path, env=env))
+    stdout = ok(run_example("retire_after_durable_write.py", cwd=tmp_path, env=env))
+    assert "not retirable, skipped" in stdout
+    assert FileTokenStore(tmp_path / "capture").status("never-written")["retired"] is False
+
+
+def test_ops_check_shows_readiness_and_the_finalize(
+    tmp_path: Path, finalizer: str, written: Path
+) -> None:
+    """ops_check reports the source reachable and counts the finalize in /metrics."""
+    ok(run_example("finalize_with_client.py", "--finalizer-url", finalizer, cwd=tmp_path))
+    stdout = ok(run_example("ops_check.py", "--finalizer-url", finalizer, cwd=tmp_path))
+    assert f"finalizer {finalizer}: ready (200)" in stdout
+    assert "source local: reachable" in stdout
+    assert "finalize ok (source local): 1" in stdout
+    assert "retire retired (source local): 1" in stdout
+
+
+def test_ops_check_exits_2_when_the_finalizer_is_unreachable(tmp_path: Path) -> None:
+    """Nothing listening: ops_check says unreachable and exits 2."""
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run_example("ops_check.py", "--finalizer-url", url, cwd=tmp_path)
+    assert result.returncode == 2 and "unreachable" in result.stdout
+
+
+def test_write_capture_http_writes_through_store_serve(tmp_path: Path, store: str) -> None:
+    """HttpTokenSink puts the 3 entries into the directory `store serve` serves."""
+    env = {"CAPTURE_STORE_URL": store}
+    ok(run_example("write_capture_http.py", cwd=tmp_path, env=env))
+    entries = read_jsonl(tmp_path / "store" / f"{ROLLOUT}.tokens.jsonl")
+    assert [entry["model_call_id"] for entry in entries] == ["call-0", "call-1", "call-2"]
+
+
+def test_remote_capture_finalizes_unmasked_and_retires(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """Written through the store, finalized through an http source: unmasked, then retired."""
+    ok(run_example("write_capture_http.py", "--store-url", store, cwd=tmp_path))
+    args = ["--finalizer-url", remote_finalizer, "--out", "remote.jsonl"]
+    stdout = ok(run_example("finalize_with_client.py", *args, cwd=tmp_path))
+    [answer] = read_jsonl(tmp_path / "remote.jsonl")
+    assert answer["source"] == "store"
+    assert_unmasked_with_tokens(answer["record"])
+    assert "retired: true" in stdout
+    assert FileTokenStore(tmp_path / "store").status(ROLLOUT)["retired"] is True
+
+
+def test_compose_smoke_passes_against_two_replicas(
+    tmp_path: Path, store: str, replicas: tuple[str, str]
+) -> None:
+    """compose_smoke finalizes on one replica and retires on the other, through the store."""
+    replica_a, replica_b = replicas
+    args = ["--store-url", store, "--finalizer-a", replica_a, "--finalizer-b", replica_b]
+    stdout = ok(run_example("compose_smoke.py", *args, cwd=tmp_path))
+    assert "smoke test passed" in stdout
+
+
+# -- the curl commands of docs/quickstart.md -------------------------------------------
+
+
+def _commands(body: str) -> list[str]:
+    """The shell commands of a fenced block, each whole: continuation and quoted lines joined."""
+    commands, pending = [], ""
+    for line in body.splitlines():
+        pending += line + "\n"
+        if pending.rstrip().endswith("\\"):
+            continue
+        try:
+            shlex.split(pending)
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        if pending.strip():
+            commands.append(pending.strip())
+        pending = ""
+    assert not pending.strip(), f"unfinished command: {pending}"
+    return commands
+
+
+def _expected(lang: str, body: str, count: int) -> list[Any] | None:
+    """What a json block after `count` commands shows: one document per command, or None."""
+    if lang != "json":
+        return None
+    lines = [line for line in body.splitlines() if line.strip()]
+    if count > 1 and len(lines) == count:
+        return [json.loads(line) for line in lines]
+    return [json.loads(body)] if count == 1 else None
+
+
+def doc_curl_steps(section: str) -> list[tuple[list[str], list[Any] | None]]:
+    """The curl commands of each bash block of the doc, with the json output shown after it."""
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    steps = []
+    for index, (lang, body) in enumerate(blocks):
+        curls = [command for command in _commands(body) if command.startswith("curl ")]
+        if lang != "bash" or not curls:
+            continue
+        following = blocks[index + 1] if index + 1 < len(blocks) else ("", "")
+        steps.append((curls, _expected(*following, len(curls))))
+    return steps
+
+
+def quickstart_sections() -> tuple[str, str]:
+    """docs/quickstart.md before and from its "Remote capture store" section."""
+    local, remote = QUICKSTART.read_text().split("\n## Remote capture store\n")
+    return local, remote
+
+
+def assert_shape(shown: Any, actual: Any, where: str = "answer") -> None:
+    """`actual` has everything the doc shows: its keys and exact values, abridged parts aside.
+
+    The doc abridges with "..." keys, strings ending in "..." (ids, tickets)
+    and lists holding a "..." string (token lists); those parts only have to
+    exist.
+    """
+    if isinstance(shown, dict):
+        assert isinstance(actual, dict), f"{where}: {actual!r:.200}"
+        for key, value in shown.items():
+            if key != "...":
+                assert key in actual, f"{where}: no {key!r} in {sorted(actual)}"
+                assert_shape(value, actual[key], f"{where}.{key}")
+    elif isinstance(shown, list):
+        assert isinstance(actual, list), f"{where}: {actual!r:.200}"
+        if not any(isinstance(item, str) and "..." in item for item in shown):
+            assert len(actual) == len(shown), f"{where}: {len(actual)} items"
+            for index, (item, real) in enumerate(zip(shown, actual, strict=True)):
+                assert_shape(item, real, f"{where}[{index}]")
+    elif isinstance(shown, str) and shown.endswith("..."):
+        assert isinstance(actual, str), f"{where}: {actual!r:.200}"
+    else:
+        assert actual == shown, f"{where}: {actual!r} where the doc shows {shown!r}"
+
+
+def run_doc_steps(
+    steps: list[tuple[list[str], list[Any] | None]], cwd: Path, urls: dict[str, str]
+) -> list[str]:
+    """Run each command with the test servers' addresses; check what the doc shows after it."""
+    outputs = []
+    for commands, expected in steps:
+        for index, command in enumerate(commands):
+            for doc_url, url in urls.items():
+                command = command.replace(doc_url, url)
+            result = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", command],
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+            written = re.search(r" -o (\S+)", command)
+            output = (cwd / written[1]).read_text() if written else result.stdout
+            if expected is not None:
+                assert_shape(expected[index], json.loads(output), command.splitlines()[0])
+            outputs.append(output)
+    return outputs
+
+
+def test_quickstart_starts_the_service_with_the_readme_set_up_command() -> None:
+    """Step 1 of the quickstart is the README's set-up command, verbatim."""
+    set_up = README.read_text().split("\n## Set up\n")[1]
+    command = re.search(r"^```bash\n(.*?)^```", set_up, re.MULTILINE | re.DOTALL)
+    assert command is not None and "token-finalizer serve" in command[1]
+    assert f"```bash\n{command[1]}```" in QUICKSTART.read_text()
+
+
+needs_curl = pytest.mark.skipif(
+    shutil.which("curl") is None, reason="curl is not installed: the doc's curl commands need it"
+)
+
+
+@needs_curl
+def test_quickstart_curl_commands_answer_as_shown(
+    tmp_path: Path, finalizer: str, written: Path
+) -> None:
+    """The walk-through's curl commands run against a real finalizer and answer as the doc shows."""
+    steps = doc_curl_steps(quickstart_sections()[0])
+    assert sum(len(commands) for commands, _ in steps) >= 5
+    outputs = run_doc_steps(steps, tmp_path, {_DOC_FINALIZER: finalizer})
+    assert_unmasked_with_tokens(json.loads((tmp_path / "answer.json").read_text())["record"])
+    assert '{"retired":true}' in outputs
+    assert any('token_finalizer_finalize_total{outcome="ok",source="local"}' in o for o in outputs)
+    assert FileTokenStore(written).status(ROLLOUT)["retired"] is True
+
+
+@needs_curl
+def test_quickstart_remote_curl_commands_answer_as_shown(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """The remote variant's curl commands reach the store and a finalizer reading it."""
+    steps = doc_curl_steps(quickstart_sections()[1])
+    assert steps and all(expected is not None for _, expected in steps)
+    run_doc_steps(steps, tmp_path, {_DOC_FINALIZER: remote_finalizer, _DOC_STORE: store})

@@ -1,0 +1,122 @@
+"""Prometheus metrics of `serve --workers 2` as a real process: every scrape sees every worker.
+
+`serve` points PROMETHEUS_MULTIPROC_DIR at a fresh directory under $TMPDIR
+before the workers start; the test sets TMPDIR to its own directory, so it
+can read the per-worker files there and check that more than one worker
+served, and that the directory is gone once the server stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.captures import record_for
+from tests.support.servers import free_port, running_process
+from token_finalizer.service.metrics import MULTIPROC_DIR_ENV_VAR, multiprocess_directory
+
+ROUND = 20
+MAX_ROUNDS = 5
+
+
+def _sample_sum(families: object, metric: str, **labels: str) -> float:
+    total = 0.0
+    for family in families:  # type: ignore[attr-defined]
+        for sample in family.samples:
+            if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def _scraped(base: str, metric: str, **labels: str) -> float:
+    # A fresh connection per scrape, so scrapes land on either worker.
+    with httpx.Client(base_url=base, timeout=10) as client:
+        text = client.get("/metrics").text
+    return _sample_sum(text_string_to_metric_families(text), metric, **labels)
+
+
+def _finalizes_per_worker(directory: Path) -> dict[str, float]:
+    """token_finalizer_finalize_total of each worker, read from its own counter file."""
+    counts = {}
+    for path in directory.glob("counter_*.db"):
+        families = MultiProcessCollector.merge([str(path)])
+        counts[path.stem] = _sample_sum(families, "token_finalizer_finalize_total")
+    return counts
+
+
+def test_two_workers_scrape_as_one(tmp_path: Path, capture_dir: Path) -> None:
+    """20 finalizes on fresh connections through 2 workers: every scrape says 20."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sources:\n  local: {{kind: file, dir: '{capture_dir}'}}\n")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ["serve", "--config", str(config), "--port", str(port), "--workers", "2"]
+    env = {"TMPDIR": str(temp)}
+    sent = 0
+    with running_process(args, port=port, env=env) as process:
+        (metrics_dir,) = temp.glob("token-finalizer-metrics-*")
+        # Fresh connections are spread by the kernel; in the rare case one worker
+        # took a whole round, another round follows (the total stays what was sent).
+        for _ in range(MAX_ROUNDS):
+            for _ in range(ROUND):
+                with httpx.Client(base_url=base, timeout=10) as client:
+                    answer = client.post("/finalize", json=record_for(f"r-{sent}"))
+                assert answer.status_code == 200
+                sent += 1
+            served = {k: v for k, v in _finalizes_per_worker(metrics_dir).items() if v}
+            if len(served) >= 2:
+                break
+        scrapes = [_scraped(base, "token_finalizer_finalize_total") for _ in range(6)]
+        latencies = [
+            _scraped(
+                base, "token_finalizer_request_seconds_count", endpoint="/finalize", status="200"
+            )
+            for _ in range(3)
+        ]
+    assert process.returncode == 0
+    assert len(served) >= 2, f"one worker served every request: {served}"
+    assert sum(served.values()) == sent
+    assert scrapes == [float(sent)] * 6
+    assert latencies == [float(sent)] * 3
+    # The directory lived as long as the server.
+    assert not metrics_dir.exists()
+
+
+def test_one_worker_keeps_single_process_metrics(tmp_path: Path, capture_dir: Path) -> None:
+    """`serve` with one worker makes no metrics directory and still counts."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sources:\n  local: {{kind: file, dir: '{capture_dir}'}}\n")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ["serve", "--config", str(config), "--port", str(port)]
+    env = {"TMPDIR": str(temp)}
+    with running_process(args, port=port, env=env):
+        for i in range(3):
+            httpx.post(f"{base}/finalize", json=record_for(f"one-{i}"), timeout=10)
+        scraped = _scraped(base, "token_finalizer_finalize_total")
+    assert scraped == 3.0
+    assert list(temp.glob("token-finalizer-metrics-*")) == []
+
+
+def test_multiprocess_directory_is_fresh_and_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The context sets the variable to a new empty directory, then restores it and removes."""
+    operator = str(tmp_path / "operator")
+    monkeypatch.setenv(MULTIPROC_DIR_ENV_VAR, operator)
+    with multiprocess_directory() as directory:
+        inside = os.environ[MULTIPROC_DIR_ENV_VAR]
+        empty = list(Path(directory).iterdir()) == []
+        (Path(directory) / "counter_1.db").write_bytes(b"")
+    assert (inside, empty) == (directory, True)
+    assert os.environ[MULTIPROC_DIR_ENV_VAR] == operator
+    assert not Path(directory).exists()
