@@ -4,15 +4,17 @@
 #   docker run -p 8000:8000 token-finalizer             # embedded default: ./capture in the image
 #   docker compose up                                    # redis, capture store, 2 finalizer replicas
 
-FROM python:3.11-slim AS build
+# The Python patch version is pinned: a floating tag could change between two builds.
+FROM python:3.11.7-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md constraints.txt /src/
 COPY service /src/service
 COPY client /src/client
-RUN /opt/venv/bin/pip install /src/client /src
+# Every dependency at the version in the committed constraints file.
+RUN /opt/venv/bin/pip install -c /src/constraints.txt /src/client /src
 
-FROM python:3.11-slim
+FROM python:3.11.7-slim
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1

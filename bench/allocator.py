@@ -2,12 +2,13 @@
 
     .venv/bin/python -m bench.allocator [--calls 100 400] [--rounds 4]
 
-A/B in fresh processes, interleaved, on the same capture: each process
+Three arms in fresh processes, interleaved, on the same capture: each process
 freezes and builds the rollout (each call adds 500 prompt and 500 generated
 tokens) from a file store and encodes the plain and the compact answer,
-`--rounds` times, with the allocator tuned (A, as `serve` does) or left at
-glibc's defaults (B). Reported: median seconds per finalize+encode and the
-process's peak RSS, and the A/B ratios.
+`--rounds` times, with glibc's mmap threshold pinned and its arenas capped
+(`both`), only the arenas capped (`arenas`), or glibc's defaults (`none`).
+Reported: median seconds per finalize+encode and the process's peak RSS,
+as ratios to the defaults.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from bench.lineage import write_capture
 
 _CHILD = r"""
-import asyncio, json, resource, sys, time
+import asyncio, json, re, sys, time
 from pathlib import Path
 from token_finalizer._memory import tune_allocator
 from token_finalizer.api.encoding import finalize_answer_pieces
@@ -33,9 +34,9 @@ from token_finalizer.core.delivery import finalize_record
 from token_finalizer.sources.file import FileTokenStore
 from tests.support.captures import record_for
 
-directory, rounds, tuned = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
-if tuned:
-    tune_allocator()
+directory, rounds, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+if mode != "none":
+    tune_allocator(pin_mmap_threshold=mode == "both")
 
 async def once() -> float:
     started = time.perf_counter()
@@ -49,14 +50,19 @@ async def once() -> float:
     return time.perf_counter() - started
 
 times = [asyncio.run(once()) for _ in range(rounds)]
-peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM is this process's own peak (ru_maxrss would inherit the parent's across exec).
+status = open("/proc/self/status").read()
+peak_mb = int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
 print(json.dumps({"times": times, "peak_mb": peak_mb}))
 """
 
 
-def run_arm(directory: Path, rounds: int, tuned: bool) -> dict[str, float]:
+MODES = ("both", "arenas", "none")  # pinned threshold + capped arenas, arenas only, defaults
+
+
+def run_arm(directory: Path, rounds: int, mode: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(directory), str(rounds), "1" if tuned else "0"],
+        [sys.executable, "-c", _CHILD, str(directory), str(rounds), mode],
         check=True,
         capture_output=True,
         text=True,
@@ -77,19 +83,19 @@ def main() -> None:
             directory = Path(tmp) / f"c{calls}"
             directory.mkdir()
             write_capture(directory, "r", calls, delta=False)
-            arms: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+            arms: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
             for _ in range(args.repeats):
-                for tuned in (True, False):
-                    arms[tuned].append(run_arm(directory, args.rounds, tuned))
-            tuned_s = statistics.median(a["seconds"] for a in arms[True])
-            plain_s = statistics.median(a["seconds"] for a in arms[False])
-            tuned_mb = statistics.median(a["peak_mb"] for a in arms[True])
-            plain_mb = statistics.median(a["peak_mb"] for a in arms[False])
-            print(
-                f"{calls} calls: tuned {tuned_s:.3f} s / {tuned_mb:.0f} MB peak, "
-                f"glibc defaults {plain_s:.3f} s / {plain_mb:.0f} MB peak; "
-                f"time tuned/default {tuned_s / plain_s:.2f}x, peak {tuned_mb / plain_mb:.2f}x"
-            )
+                for mode in MODES:
+                    arms[mode].append(run_arm(directory, args.rounds, mode))
+            base_s = statistics.median(a["seconds"] for a in arms["none"])
+            base_mb = statistics.median(a["peak_mb"] for a in arms["none"])
+            for mode in MODES:
+                seconds = statistics.median(a["seconds"] for a in arms[mode])
+                peak = statistics.median(a["peak_mb"] for a in arms[mode])
+                print(
+                    f"{calls} calls, {mode:7s}: {seconds:.3f} s ({seconds / base_s:.2f}x), "
+                    f"peak {peak:.0f} MB ({peak / base_mb:.2f}x) vs glibc defaults"
+                )
 
 
 if __name__ == "__main__":

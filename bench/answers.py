@@ -39,7 +39,7 @@ from bench.lineage import write_capture
 from tests.support.captures import record_for
 
 _CLIENT = r"""
-import json, resource, sys, time
+import json, re, sys, time
 from token_finalizer_client import FinalizerClient
 from tests.support.captures import record_for
 
@@ -53,7 +53,9 @@ with FinalizerClient(base, as_numpy=as_numpy, timeout=600.0) as client:
         assert not finalized.masked and len(output[-1]["prompt_token_ids"]) > 0
         times.append(time.perf_counter() - started)
         del finalized, output
-peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM is this process's own peak (ru_maxrss would inherit the parent's across exec).
+status = open("/proc/self/status").read()
+peak_mb = int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
 print(json.dumps({"times": times, "peak_mb": peak_mb}))
 """
 
@@ -79,8 +81,8 @@ def client_case(base: str, rounds: int, as_numpy: bool) -> dict[str, float]:
     return {"seconds": statistics.median(result["times"]), "peak_mb": result["peak_mb"]}
 
 
-def answer_bytes(base: str, compact: bool) -> int:
-    """Uncompressed bytes of one finalize answer."""
+def answer_bytes(base: str, compact: bool) -> tuple[int, int]:
+    """Uncompressed bytes of one finalize answer, and of its `context_token_ids` alone."""
     params = {"tokens": "compact"} if compact else None
     with httpx.Client(base_url=base, timeout=600.0) as client:
         response = client.post(
@@ -89,21 +91,23 @@ def answer_bytes(base: str, compact: bool) -> int:
             params=params,
             headers={"Content-Type": "application/json", "Accept-Encoding": "identity"},
         )
-        return len(response.content)
+        context = orjson.loads(response.content).get("context_token_ids")
+        return len(response.content), len(orjson.dumps(context)) if context else 0
 
 
-def measure(calls: int, rounds: int, root: Path) -> None:
-    directory = root / f"c{calls}"
+def measure(calls: int, rounds: int, root: Path, *, lineage: bool) -> None:
+    directory = root / f"c{calls}-{'lineage' if lineage else 'seed'}"
     directory.mkdir()
-    write_capture(directory, "r", calls, delta=False)
+    write_capture(directory, "r", calls, delta=False, lineage=lineage)
     context = calls * 1000
     base_s = statistics.median(baseline(directory) for _ in range(rounds))
     with running_service(directory, workers=1) as service:
         lists = client_case(service.base, rounds, as_numpy=False)
         views = client_case(service.base, rounds, as_numpy=True)
-        compact = answer_bytes(service.base, compact=True)
-        plain = answer_bytes(service.base, compact=False) if calls <= 100 else None
-    print(f"{calls} calls, final context {context:,} tokens")
+        compact, context_bytes = answer_bytes(service.base, compact=True)
+        plain = answer_bytes(service.base, compact=False)[0] if calls <= 100 else None
+    kind = "0.7 lineage capture (digests verified)" if lineage else "seed capture"
+    print(f"{calls} calls, final context {context:,} tokens, full prompts, {kind}")
     print(f"  baseline (trie, in process)  {base_s:8.3f} s")
     for name, case in (("client, lists", lists), ("client, numpy views", views)):
         print(
@@ -112,6 +116,8 @@ def measure(calls: int, rounds: int, root: Path) -> None:
         )
     line = (
         f"  compact answer {compact / 1e6:7.2f} MB = {compact / context:5.2f} bytes/context token"
+        f" (context ids {context_bytes / context:4.2f}; the rest is per item: generation ids"
+        " and log probs)"
     )
     if plain is not None:
         line += f"; plain answer {plain / 1e6:7.1f} MB ({plain / compact:4.0f}x the compact one)"
@@ -122,10 +128,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--calls", type=int, nargs="+", default=[100, 400])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lineage", action="store_true", help="0.7 captures (digests checked)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-answers-") as tmp:
         for calls in args.calls:
-            measure(calls, args.rounds, Path(tmp))
+            measure(calls, args.rounds, Path(tmp), lineage=args.lineage)
 
 
 if __name__ == "__main__":

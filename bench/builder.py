@@ -31,8 +31,8 @@ from token_finalizer import FileTokenStore, TokenEntry
 from token_finalizer._memory import tune_allocator
 from token_finalizer.core.codec import encode_json
 from token_finalizer.core.delivery import finalize_record
-from token_finalizer.core.prefix_merging import build_forest
-from token_finalizer.core.projection import project_response
+from token_finalizer.core.entries import Snapshot
+from token_finalizer.core.rebuild import rebuild_snapshot
 
 E2E_ROLLOUT = "bench-e2e"
 CASES = (("100 calls x 1,000 tokens", 100, 1000), ("200 calls x 600 tokens", 200, 600))
@@ -52,8 +52,10 @@ def peak_rss_bytes() -> int:
 
 
 def _ours(entries: list[TokenEntry]) -> dict:
-    forest = build_forest(entries)
-    return project_response(forest.main_chain, rollout_id="r", model="policy")
+    snapshot = Snapshot("r", tuple(entries), incomplete=False, snapshot_id="s", version=1)
+    build = rebuild_snapshot(snapshot, model="policy")
+    assert build.rebuilt_response is not None, build.error
+    return build.rebuilt_response
 
 
 def _best_of(repeats: int, run) -> tuple[float, object]:

@@ -7,8 +7,8 @@ is captured twice, as a 0.7 model server writes it: once with every prompt
 in full, once with `delta_records` (each resolved call stores only the suffix
 after its parent). For each size the bench reports the capture's bytes on
 disk, the in-process finalize time (file store freeze -> build), and the
-finalize time through HTTP (`token-finalizer serve`, zstd answer received in
-full), as medians of interleaved rounds, and the full/delta ratios. Both
+finalize time through HTTP (`token-finalizer serve`, compact zstd answer
+received in full), as medians of interleaved rounds, and the full/delta ratios. Both
 builds must agree byte for byte.
 """
 
@@ -36,8 +36,14 @@ NEW_TOKENS_PER_TURN = 1000  # 500 prompt tokens (tool output) + 500 generated
 GENERATION_SHARE = 0.5
 
 
-def write_capture(directory: Path, rollout_id: str, calls: int, *, delta: bool) -> int:
-    """Write one 0.7 capture as JSONL lines (as model servers append them); its size in bytes."""
+def write_capture(
+    directory: Path, rollout_id: str, calls: int, *, delta: bool, lineage: bool = True
+) -> int:
+    """Write one capture as JSONL lines (as model servers append them); its size in bytes.
+
+    `lineage`: as a NeMo Gym 0.7 writer stamps it (parents, digests); else as
+    the August 2026 writers did (a seed capture, parents found by prefix).
+    """
     entries = agent_rollout(
         rollout_id,
         calls=calls,
@@ -48,7 +54,8 @@ def write_capture(directory: Path, rollout_id: str, calls: int, *, delta: bool) 
     parents = {call: (ids[i - 1] if i else None) for i, call in enumerate(ids)}
     path = directory / f"{rollout_id}.tokens.jsonl"
     with path.open("wb") as handle:
-        for entry in stamp_lineage(entries, parents, delta=delta):
+        written = stamp_lineage(entries, parents, delta=delta) if lineage else entries
+        for entry in written:
             handle.write(dumps_entry_line(entry) + b"\n")
     return path.stat().st_size
 
@@ -72,7 +79,10 @@ def over_http(base: str, rollout_id: str) -> float:
     headers = {"Content-Type": "application/json", "Accept-Encoding": "zstd"}
     with httpx.Client(base_url=base, timeout=600.0) as client:
         started = time.perf_counter()
-        response = client.post("/finalize", content=body, headers=headers)
+        # The compact token form, as the client package asks for it.
+        response = client.post(
+            "/finalize", content=body, headers=headers, params={"tokens": "compact"}
+        )
         raw = response.read()
         elapsed = time.perf_counter() - started
     assert response.status_code == 200, response.status_code

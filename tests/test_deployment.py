@@ -307,10 +307,23 @@ def test_compose_requires_the_operator_secrets(compose: dict[str, Any]) -> None:
 # -- Dockerfile ---------------------------------------------------------------
 
 
-def test_dockerfile_uses_a_slim_python_base(dockerfile: list[str]) -> None:
-    """Every stage builds FROM a slim Python image."""
+def test_dockerfile_uses_a_pinned_slim_python_base(dockerfile: list[str]) -> None:
+    """Every stage builds FROM the same slim Python image, its patch version pinned."""
     bases = [line.split()[0] for line in _instruction(dockerfile, "FROM")]
-    assert bases and all(re.fullmatch(r"python:3\.\d+-slim", base) for base in bases)
+    assert bases and all(re.fullmatch(r"python:3\.\d+\.\d+-slim", base) for base in bases)
+    assert len(set(bases)) == 1
+
+
+def test_dockerfile_installs_from_the_committed_constraints(dockerfile: list[str]) -> None:
+    """The image installs with `-c constraints.txt`, which pins every runtime dependency."""
+    installs = [run for run in _instruction(dockerfile, "RUN") if "pip install" in run]
+    assert any("-c /src/constraints.txt" in run for run in installs)
+    pinned = {
+        line.split("==")[0]
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert {"fastapi", "uvicorn", "httpx", "orjson", "numpy", "redis", "stamina"} <= pinned
 
 
 def test_dockerfile_runs_as_a_non_root_user(dockerfile: list[str]) -> None:

@@ -35,6 +35,7 @@ from token_finalizer_client._exceptions import (
     PayloadTooLargeError,
     PermissionDeniedError,
     ServerError,
+    SourceUnavailableError,
 )
 from token_finalizer_client._resolver import (
     HttpLineageResolver,
@@ -45,7 +46,7 @@ from token_finalizer_client._resolver import (
 from token_finalizer_client._sink import HttpTokenSink
 from token_finalizer_client._types import Finalized, Readiness
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "APIConnectionError",
@@ -69,5 +70,6 @@ __all__ = [
     "Readiness",
     "ResolutionStatus",
     "ServerError",
+    "SourceUnavailableError",
     "__version__",
 ]

@@ -14,6 +14,8 @@
         │                              (finalized, masked, reasons)
         ├── PayloadTooLargeError    413: the body is over the server's limit
         └── ServerError             5xx
+            └── SourceUnavailableError  503 naming a `source`: the capture store could not
+                                        be reached; retried, then raised (`.source`)
 
 `error_for_status` is the one place that maps an HTTP answer to a class.
 """
@@ -35,6 +37,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "ServerError",
+    "SourceUnavailableError",
     "error_for_status",
 ]
 
@@ -100,6 +103,20 @@ class ServerError(APIStatusError):
     """5xx: the server failed."""
 
 
+class SourceUnavailableError(ServerError):
+    """503 from /finalize or /retire: the capture store is out of reach; nothing was lost.
+
+    The call was repeated with backoff first; try again later (the record's
+    capture is intact). `source` names the configured source.
+    """
+
+    @property
+    def source(self) -> str | None:
+        body = self.body
+        source = body.get("source") if isinstance(body, dict) else None
+        return source if isinstance(source, str) else None
+
+
 _BY_STATUS: dict[int, type[APIStatusError]] = {
     400: BadRequestError,
     401: AuthenticationError,
@@ -119,6 +136,8 @@ def error_for_status(status_code: int, body: Any) -> APIStatusError:
         message = str(body) if body not in (None, "") else f"HTTP status {status_code}"
     if status_code == 409 and isinstance(body, dict) and "masked" in body:
         return MaskFractionExceeded(status_code, message, body)
+    if status_code == 503 and isinstance(body, dict) and "source" in body:
+        return SourceUnavailableError(status_code, message, body)
     cls = _BY_STATUS.get(status_code)
     if cls is None:
         cls = ServerError if status_code >= 500 else APIStatusError

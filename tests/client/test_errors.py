@@ -24,7 +24,9 @@ from token_finalizer_client import (
     PayloadTooLargeError,
     PermissionDeniedError,
     ServerError,
+    SourceUnavailableError,
 )
+from token_finalizer_client._exceptions import error_for_status
 
 TOKEN = "client-test-token"
 
@@ -172,3 +174,18 @@ def test_unknown_path_is_not_found(connect: Connect, service_url: str) -> None:
     """A base URL with a wrong prefix raises NotFoundError with the service's message."""
     with pytest.raises(NotFoundError, match="no such endpoint: GET /wrong-prefix/health"):
         connect(f"{service_url}/wrong-prefix").health()
+
+
+def test_store_outage_503_is_source_unavailable() -> None:
+    """A 503 naming a source maps to SourceUnavailableError, which says which source."""
+    error = error_for_status(
+        503, {"error": "source 'remote' could not be reached", "source": "remote"}
+    )
+    assert isinstance(error, SourceUnavailableError) and isinstance(error, ServerError)
+    assert error.source == "remote"
+
+
+def test_other_503_stays_a_server_error() -> None:
+    """A 503 without a source (a proxy, a draining server) is a plain ServerError."""
+    error = error_for_status(503, "Service Unavailable")
+    assert type(error) is ServerError

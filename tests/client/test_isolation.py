@@ -54,6 +54,7 @@ def test_every_public_name_is_exported() -> None:
         "PayloadTooLargeError",
         "PermissionDeniedError",
         "ServerError",
+        "SourceUnavailableError",
     }
     assert expected <= set(token_finalizer_client.__all__)
     assert all(hasattr(token_finalizer_client, name) for name in token_finalizer_client.__all__)

@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.captures import record_for
+from tests.support.captures import agent_rollout, record_for
 from tests.support.servers import free_port, running_process
+from token_finalizer import FileTokenStore
 from token_finalizer.service.metrics import MULTIPROC_DIR_ENV_VAR, multiprocess_directory
 
 ROUND = 20
@@ -120,3 +122,29 @@ def test_multiprocess_directory_is_fresh_and_removed(
     assert (inside, empty) == (directory, True)
     assert os.environ[MULTIPROC_DIR_ENV_VAR] == operator
     assert not Path(directory).exists()
+
+
+def test_workers_share_one_retire_key_without_configuration(
+    tmp_path: Path, capture_dir: Path
+) -> None:
+    """With no retire.key, a ticket minted by one worker retires on any other."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sources:\n  local: {{kind: file, dir: '{capture_dir}'}}\n")
+    store = FileTokenStore(capture_dir)
+
+    async def write(rollout_id: str) -> None:
+        for entry in agent_rollout(rollout_id, calls=2, new_tokens_per_turn=8):
+            await store.put(entry)
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ["serve", "--config", str(config), "--port", str(port), "--workers", "2"]
+    with running_process(args, port=port):
+        retired = []
+        for i in range(12):  # fresh connections: finalize and retire land on either worker
+            anyio.run(write, f"k-{i}")
+            with httpx.Client(base_url=base, timeout=10) as client:
+                answer = client.post("/finalize", json=record_for(f"k-{i}")).json()
+            with httpx.Client(base_url=base, timeout=10) as client:
+                retired.append(client.post("/retire", json=answer["retire"]).json())
+    assert retired == [{"retired": True}] * 12

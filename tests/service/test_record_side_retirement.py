@@ -23,13 +23,13 @@ from tests.support.asgi import in_process
 from tests.support.captures import make_entry, record_for
 from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.api import create_app
+from token_finalizer.core.build import MaskReason
 from token_finalizer.core.delivery import (
     capture_build_can_retire,
     finalize_record,
     finalize_rollout_token_capture,
     retire_rollout_token_capture,
 )
-from token_finalizer.core.rebuild import RECORD_MASKED
 from token_finalizer.settings import settings_from_mapping
 
 pytestmark = pytest.mark.anyio
@@ -173,8 +173,12 @@ async def test_masked_record_over_a_clean_capture_is_rebuilt_but_not_retirable(
     record = record_for("r1", mask_sample=mark)
     build = await finalize_record(record, memory_store)
     assert build is not None and build.rebuilt_response is not None
-    assert (build.mask_sample, build.mask_reason, build.retirable) == (True, RECORD_MASKED, False)
-    assert record["_ng_token_capture"]["mask_reason"] == RECORD_MASKED
+    assert (build.mask_sample, build.mask_reason, build.retirable) == (
+        True,
+        MaskReason.RECORD_MASKED,
+        False,
+    )
+    assert record["_ng_token_capture"]["mask_reason"] == MaskReason.RECORD_MASKED
     assert record["response"]["output"][-1]["generation_token_ids"].tolist() == [4, 5]
 
 

@@ -22,7 +22,6 @@ from fastapi import FastAPI
 
 from token_finalizer import __version__
 from token_finalizer._memory import tune_allocator
-from token_finalizer.api.access_log import AccessLogMiddleware
 from token_finalizer.api.docs import declare_bearer_auth, install_offline_docs
 from token_finalizer.api.errors import install_api_error_handlers
 from token_finalizer.api.routes import router
@@ -30,6 +29,7 @@ from token_finalizer.core.protocols import TokenSource
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.state import ServiceState
 from token_finalizer.settings import Settings, load_settings
+from token_finalizer.web.access_log import AccessLogMiddleware
 
 __all__ = ["DRAIN_ENV_VAR", "app_from_environment", "create_app"]
 

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Header, Query, Request
 from starlette.responses import PlainTextResponse, Response
 
 from token_finalizer._constants import DEFAULT_RUN_ID
-from token_finalizer.api.access_log import log_fields
 from token_finalizer.api.deps import Authenticated, StateDep
 from token_finalizer.api.responses import answer
 from token_finalizer.api.schemas import (
@@ -22,6 +21,7 @@ from token_finalizer.service.finalizing import finalize_one
 from token_finalizer.service.metrics import CONTENT_TYPE_LATEST
 from token_finalizer.service.readiness import readiness
 from token_finalizer.service.retiring import retire_one
+from token_finalizer.web.access_log import log_fields
 from token_finalizer.web.answers import json_response
 from token_finalizer.web.body import read_json_object
 

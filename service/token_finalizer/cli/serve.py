@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,16 @@ from token_finalizer._constants import (
     GRACEFUL_SHUTDOWN_S,
 )
 from token_finalizer.cli.args import positive_int
-from token_finalizer.settings import CONFIG_ENV_VAR, ConfigError, load_settings
+from token_finalizer.settings import (
+    CONFIG_ENV_VAR,
+    OVERRIDE_DELIMITER,
+    OVERRIDE_PREFIX,
+    ConfigError,
+    load_settings,
+)
+
+# The `retire.key` override every worker reads (docs/configuration.md#environment).
+RETIRE_KEY_OVERRIDE = f"{OVERRIDE_PREFIX}RETIRE{OVERRIDE_DELIMITER}KEY"
 
 __all__ = ["HELP", "add_arguments", "serve"]
 
@@ -77,8 +87,8 @@ def serve(args: argparse.Namespace) -> int:
 
     from token_finalizer._logging import logging_config
     from token_finalizer._memory import tune_allocator
-    from token_finalizer.api.access_log import ACCESS_LOGGER
     from token_finalizer.api.app import DRAIN_ENV_VAR
+    from token_finalizer.web.access_log import ACCESS_LOGGER
     from token_finalizer.web.protocol import server_options
 
     try:
@@ -104,6 +114,12 @@ def serve(args: argparse.Namespace) -> int:
             # Workers load the very file the parent just validated.
             os.environ[CONFIG_ENV_VAR] = str(Path(config_path).resolve())
         os.environ[DRAIN_ENV_VAR] = str(args.drain_seconds)
+        if settings.retire.key is None:
+            # Without a configured key each process would sign retire tickets with
+            # its own, and a retire landing on another worker would be refused:
+            # one key for this run, handed to every worker (a restart still
+            # invalidates open tickets; configure retire.key to keep them).
+            os.environ[RETIRE_KEY_OVERRIDE] = secrets.token_hex(32)
         from token_finalizer.service.metrics import multiprocess_directory
 
         # Set before the workers start (and import prometheus-client): every

@@ -183,7 +183,7 @@ async def _serve_redis(args: argparse.Namespace, options: dict[str, Any]) -> int
         app = create_store_app(store, token=args.token)
         # h11 with a request-head deadline, and a connection cap (web/protocol.py).
         config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="info", **server_options()
+            app, host=args.host, port=args.port, **_server_logging(), **server_options()
         )
         await uvicorn.Server(config).serve()
     finally:
@@ -230,7 +230,7 @@ def store_serve(args: argparse.Namespace) -> int:
     from token_finalizer.web.protocol import server_options
 
     app = create_store_app(FileTokenStore(args.dir), token=args.token)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", **server_options())
+    uvicorn.run(app, host=args.host, port=args.port, **_server_logging(), **server_options())
     return 0
 
 
@@ -552,3 +552,11 @@ def store_delete(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _server_logging() -> dict[str, Any]:
+    """JSON log lines: our request lines (no probe lines) instead of uvicorn's access log."""
+    from token_finalizer._logging import logging_config
+    from token_finalizer.web.access_log import ACCESS_LOGGER
+
+    return {"log_config": logging_config(access_logger=ACCESS_LOGGER), "access_log": False}

@@ -54,6 +54,8 @@ class MaskReason:
     UNRESOLVED_PARENTS = "unresolved_parent_calls"
     MULTIPLE_ROOTS = "multiple_roots"
     MULTIPLE_CHAINS = "multiple_chains"
+    # The record arrived marked mask_sample by its harness
+    RECORD_MASKED = "record_masked"
 
 
 @dataclass(frozen=True, slots=True)

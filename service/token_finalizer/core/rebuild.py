@@ -35,7 +35,6 @@ from token_finalizer.core.terminal import (
 __all__ = [
     "BUILDER_NAME",
     "EMPTY_CAPTURE_ERROR",
-    "RECORD_MASKED",
     "is_lineage_snapshot",
     "rebuild_snapshot",
 ]
@@ -46,7 +45,6 @@ EMPTY_CAPTURE_ERROR = "capture contains no token records"
 # arrived marked `mask_sample` (by its harness, say), and a build of a masked
 # record is never retired. The last of the mask rules, so that any capture
 # problem is still reported by its own reason.
-RECORD_MASKED = "record_masked"
 
 
 def is_lineage_snapshot(entries: Sequence[TokenEntry]) -> bool:
@@ -118,7 +116,7 @@ def _mask_reason(
 ) -> str | None:
     reason = _chain_mask_reason(snapshot, forest, linked, attribution)
     if reason is None and record is not None and record.get(MASK_SAMPLE_KEY):
-        return RECORD_MASKED
+        return MaskReason.RECORD_MASKED
     return reason
 
 
@@ -190,7 +188,7 @@ def rebuild_snapshot(
 
     `record` is the finished rollout record: terminal attribution reads the
     verifier's choice from it, and a record already marked `mask_sample`
-    masks the build (RECORD_MASKED) so that it is never retired. Without a
+    masks the build (MaskReason.RECORD_MASKED) so that it is never retired. Without a
     record nothing is attributed.
     """
     if not snapshot.entries:

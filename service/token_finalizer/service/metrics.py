@@ -28,7 +28,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, values
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -89,9 +89,12 @@ class ServiceMetrics:
     def __init__(self) -> None:
         self.multiprocess = multiprocess_enabled()
         self.registry = CollectorRegistry(auto_describe=True)
+        if not self.multiprocess:
+            # process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total...
+            ProcessCollector(registry=self.registry)
         self.finalize = Counter(
             "token_finalizer_finalize",
-            "Finalize calls answered with a record, by source and outcome (ok, masked, no_build).",
+            "Finalize calls by source and outcome (ok, masked, no_build, unreachable).",
             ["source", "outcome"],
             registry=self.registry,
         )
@@ -150,5 +153,7 @@ class ServiceMetrics:
         if not self.multiprocess:
             return generate_latest(self.registry)
         merged = CollectorRegistry()
-        MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+        MultiProcessCollector(merged)  # type: ignore[no-untyped-call]  # unannotated upstream
+        # RSS, open fds and CPU of the worker that answered this scrape.
+        ProcessCollector(registry=merged)
         return generate_latest(merged)

@@ -33,6 +33,7 @@ from token_finalizer.store_server._requests import (
     required_call_id,
     resolve_request,
 )
+from token_finalizer.web.access_log import AccessLogMiddleware
 from token_finalizer.web.answers import error_response, json_response
 from token_finalizer.web.auth import BearerTokenGuard
 from token_finalizer.web.body import JsonBody, read_json_object
@@ -96,6 +97,8 @@ def create_store_app(
     if token is not None:
         # Probes stay open: load balancers and the finalizer's /ready have no token.
         app.add_middleware(BearerTokenGuard, tokens=[token], open_paths={"/health"})
+    # One JSON line per request, probes (/health) at debug level only.
+    app.add_middleware(AccessLogMiddleware)
 
     async def _read(request: Request, *, allow_empty: bool = False) -> JsonBody:
         return await read_json_object(

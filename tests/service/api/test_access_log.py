@@ -14,7 +14,7 @@ from tests.service.api.conftest import CaptureWriter
 from tests.support.captures import record_for
 from token_finalizer import FileTokenStore
 from token_finalizer._logging import JsonFormatter
-from token_finalizer.api.access_log import ACCESS_LOGGER
+from token_finalizer.web.access_log import ACCESS_LOGGER
 
 
 def _lines(caplog: pytest.LogCaptureFixture, path: str) -> list[dict[str, Any]]:

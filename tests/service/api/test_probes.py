@@ -249,3 +249,14 @@ def test_docs_page_is_served(client: httpx.Client) -> None:
     """/docs serves the interactive API page."""
     response = client.get("/docs")
     assert (response.status_code, "swagger" in response.text.lower()) == (200, True)
+
+
+def test_metrics_expose_process_rss_fds_and_cpu(client: httpx.Client) -> None:
+    """/metrics carries the process's resident memory, open fds and CPU time."""
+    text = client.get("/metrics").text
+    for metric in (
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_cpu_seconds_total",
+    ):
+        assert any(line.startswith(metric + " ") for line in text.splitlines()), metric
