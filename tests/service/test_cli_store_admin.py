@@ -276,3 +276,30 @@ def test_sweep_removes_frozen_empty_captures_with_the_flag(
     assert _run(*args) == 0
     assert "removed 1 capture(s): 0 retired, 0 abandoned, 1 empty" in capsys.readouterr().out
     assert store.rollout_ids() == ["kept"]
+
+
+def test_sweep_over_redis_removes_frozen_empty_captures_only_with_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`store sweep --redis` removes an empty frozen capture only with --empty-older-than."""
+    url = find_redis_url()
+    with unique_prefix(url, "cli-sweep") as prefix:
+
+        async def write() -> None:
+            store = RedisTokenStore(url, key_prefix=prefix)
+            try:
+                await store.freeze("never-captured")  # what finalizing a typo'd id leaves
+                await store.put(make_entry("kept", "c1", [1], [2]))
+                await store.freeze("kept")  # frozen with an entry: evidence
+            finally:
+                await store.close()
+
+        anyio.run(write)
+        backend = ["--redis", url, "--key-prefix", prefix, "--retired-older-than", "7d"]
+        assert _run("sweep", *backend) == 0
+        assert "removed 0 capture(s)" in capsys.readouterr().out
+        assert _run("sweep", *backend, "--empty-older-than", "0s") == 0
+        out = capsys.readouterr().out
+        assert "removed never-captured (empty" in out and "removed 1 capture(s)" in out
+        assert _run("inspect", "kept", "--redis", url, "--key-prefix", prefix) == 0
+        assert _run("inspect", "never-captured", "--redis", url, "--key-prefix", prefix) == 1

@@ -239,7 +239,16 @@ def store_serve(args: argparse.Namespace) -> int:
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `token-finalizer store sweep`."""
-    parser.add_argument("--dir", required=True, type=Path, help="the capture directory")
+    backend = parser.add_mutually_exclusive_group(required=True)
+    backend.add_argument("--dir", type=Path, help="the capture directory")
+    backend.add_argument(
+        "--redis",
+        metavar="URL",
+        help="a redis store instead: redis://[:password@]host:port/db or rediss://...",
+    )
+    parser.add_argument(
+        "--key-prefix", metavar="PREFIX", help="with --redis: the store's key prefix"
+    )
     parser.add_argument(
         "--retired-older-than",
         required=True,
@@ -282,6 +291,8 @@ def store_sweep(args: argparse.Namespace) -> int:
     """
     from token_finalizer.sources import FileTokenStore
 
+    if args.redis is not None:
+        return _sweep_redis(args)
     if not args.dir.is_dir():
         # FileTokenStore would create it: a typo must not look like an empty store.
         print(f"error: {args.dir} is not a directory", file=sys.stderr)
@@ -316,6 +327,35 @@ def store_sweep(args: argparse.Namespace) -> int:
         summary += f"; skipped {len(report.skipped)} (listed on stderr)"
     print(summary + (" (dry run)" if args.dry_run else ""))
     return 1 if report.skipped else 0
+
+
+def _sweep_redis(args: argparse.Namespace) -> int:
+    """`store sweep --redis`: the same rules, one atomic script per capture."""
+
+    async def sweep(store: Any) -> list[Any]:
+        swept: list[Any] = await store.sweep(
+            retired_older_than=args.retired_older_than,
+            abandoned_older_than=args.abandoned_older_than,
+            empty_older_than=args.empty_older_than,
+            dry_run=args.dry_run,
+        )
+        return swept
+
+    try:
+        captures = asyncio.run(_with_redis(args, sweep))
+    except _Usage:
+        return 2
+    verb = "would remove" if args.dry_run else "removed"
+    for capture in captures:
+        age = format_age(capture.age_seconds)
+        print(f"{verb} {capture.rollout_id} ({capture.reason}, {age} old)")
+    counts = {r: sum(c.reason == r for c in captures) for r in ("retired", "abandoned", "empty")}
+    print(
+        f"{verb} {len(captures)} capture(s): {counts['retired']} retired, "
+        f"{counts['abandoned']} abandoned, {counts['empty']} empty"
+        + (" (dry run)" if args.dry_run else "")
+    )
+    return 0
 
 
 # -- store inspect and store delete -------------------------------------------

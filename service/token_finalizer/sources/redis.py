@@ -244,7 +244,10 @@ return {'ok', lines}
 """
 
 # ARGV: retired older than (s), abandoned older than (s, "" never), now (s, "" the
-# server's clock), "1" for a dry run. Answers {} or {reason, age}.
+# server's clock), "1" for a dry run, empty older than (s, "" never). Answers {} or
+# {reason, age}. "empty": frozen, not retired, and nothing in it at all (no entry,
+# no announced or failed call, no incomplete mark): what finalizing a never
+# captured id leaves behind.
 _SWEEP = (
     _PRELUDE
     + """
@@ -258,6 +261,10 @@ if s[1] and age >= tonumber(ARGV[1]) then
   reason = 'retired'
 elseif ARGV[2] ~= '' and not s[1] and not s[2] and age >= tonumber(ARGV[2]) then
   reason = 'abandoned'
+elseif ARGV[5] ~= '' and not s[1] and s[2] and age >= tonumber(ARGV[5])
+    and redis.call('HLEN', KEYS[2]) == 0 and redis.call('SCARD', KEYS[5]) == 0
+    and redis.call('SCARD', KEYS[6]) == 0 and not redis.call('HGET', KEYS[1], 'incomplete') then
+  reason = 'empty'
 else
   return {}
 end
@@ -621,10 +628,12 @@ class RedisTokenStore:
         *,
         retired_older_than: float,
         abandoned_older_than: float | None = None,
+        empty_older_than: float | None = None,
         dry_run: bool = False,
         now: float | None = None,
     ) -> list[SweptCapture]:
-        """Remove retired tombstones and, only when asked, never-frozen captures gone quiet.
+        """Remove retired tombstones and, only when asked, never-frozen captures gone quiet
+        and frozen captures with nothing in them (`empty_older_than`).
 
         Ages count from each capture's last write by the server's clock (`now`
         overrides it). Each capture is checked and removed in one script, so a
@@ -637,6 +646,7 @@ class RedisTokenStore:
             "" if abandoned_older_than is None else repr(float(abandoned_older_than)),
             "" if now is None else repr(float(now)),
             "1" if dry_run else "0",
+            "" if empty_older_than is None else repr(float(empty_older_than)),
         )
         for rollout_id in await self.rollout_ids():
             reply = await self._run("sweep", rollout_id, args, "sweep")
