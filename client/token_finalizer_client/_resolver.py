@@ -39,18 +39,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from token_finalizer_client._constants import DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._fingerprint import (
     FINGERPRINT_VERSION,
     assistant_fingerprint,
     context_digests,
 )
-from token_finalizer_client._retry import RetryPolicy, asend_with_retries
-from token_finalizer_client._sink import _CAPTURE_PATH, _CONNECT_TIMEOUT_S, _check_id
-from token_finalizer_client._wire import WireRequest, check_base_url, default_headers, read_object
+from token_finalizer_client._retry import asend_with_retries
+from token_finalizer_client._store_connection import StoreConnection, rollout_path
+from token_finalizer_client._wire import WireRequest, read_object
 
 __all__ = [
     "LOOKUP_ERROR",
@@ -166,31 +163,8 @@ def _read_resolution(body: dict[str, Any]) -> LineageResolution:
     return LineageResolution(_status(str(status)), None, reason)
 
 
-class HttpLineageResolver:
+class HttpLineageResolver(StoreConnection):
     """NeMo Gym 0.7 `LineageResolver` over a remote capture store (read-only)."""
-
-    def __init__(
-        self,
-        *,
-        url: str,
-        token: str | None = None,
-        timeout: float = 10.0,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._retry = RetryPolicy(max_retries)
-        self.max_retries = max_retries
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        self.url = check_base_url(url)
-        self._headers = default_headers(token, None)
-        self._timeout = httpx.Timeout(timeout, connect=min(timeout, _CONNECT_TIMEOUT_S))
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._closed = False
-
-    def __repr__(self) -> str:  # never shows the token
-        return f"HttpLineageResolver(url={self.url!r})"
 
     async def __aenter__(self) -> HttpLineageResolver:
         return self
@@ -198,25 +172,10 @@ class HttpLineageResolver:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._closed:
-            raise FinalizerError(f"{self!r} is closed")
-        if self._client is None:
-            # Created on first use, inside the model server's event loop.
-            self._client = httpx.AsyncClient(
-                base_url=self.url,
-                headers=self._headers,
-                timeout=self._timeout,
-                limits=DEFAULT_CONNECTION_LIMITS,
-                transport=self._transport,
-            )
-        return self._client
-
     async def _ask(self, rollout_id: str, fingerprint: str, digests: list[str]) -> dict[str, Any]:
-        path = f"/ng-rollout/{_check_id(rollout_id, 'rollout_id')}/{_CAPTURE_PATH}/"
         request = WireRequest.json(
             "POST",
-            path + _RESOLVE_OPERATION,
+            rollout_path(rollout_id, _RESOLVE_OPERATION),
             {
                 "fingerprint_version": FINGERPRINT_VERSION,
                 "fingerprint": fingerprint,
@@ -252,7 +211,4 @@ class HttpLineageResolver:
 
     async def close(self) -> None:
         """Close the connection pool; safe to call twice. Resolving after it is a lookup_error."""
-        self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        await super().close()

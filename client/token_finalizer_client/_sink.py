@@ -16,33 +16,14 @@ trouble and 502/503/504 are retried; any refusal raises, never passes silently.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
-from token_finalizer_client._constants import DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES
-from token_finalizer_client._exceptions import FinalizerError
-from token_finalizer_client._retry import RetryPolicy, asend_with_retries
-from token_finalizer_client._wire import WireRequest, check_base_url, default_headers, parse_answer
+from token_finalizer_client._retry import asend_with_retries
+from token_finalizer_client._store_connection import StoreConnection, check_id, rollout_path
+from token_finalizer_client._wire import WireRequest, parse_answer
 
 __all__ = ["HttpTokenSink"]
-
-# The store's id rule (ASCII letters, digits, '.', '_', '-'; not '.' or '..'):
-# checked here so a bad id fails before any request, with the same wording.
-_STORE_ID = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
-_CAPTURE_PATH = "training-token-capture"
-# A connect that takes long means the store is gone; a put may take a while to fsync.
-_CONNECT_TIMEOUT_S = 5.0
-
-
-def _check_id(value: object, what: str) -> str:
-    if not isinstance(value, str) or not _STORE_ID.fullmatch(value) or value in {".", ".."}:
-        raise ValueError(
-            f"{what} {value!r} must be a non-empty string of ASCII letters, digits, '.', '_' or '-'"
-        )
-    return value
 
 
 def _entry_payload(entry: object) -> dict[str, Any]:
@@ -57,31 +38,8 @@ def _entry_payload(entry: object) -> dict[str, Any]:
     raise TypeError(f"entry must be a mapping or a pydantic model, got {type(entry).__name__}")
 
 
-class HttpTokenSink:
+class HttpTokenSink(StoreConnection):
     """TokenSink that writes into a remote capture store over HTTP."""
-
-    def __init__(
-        self,
-        *,
-        url: str,
-        token: str | None = None,
-        timeout: float = 10.0,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._retry = RetryPolicy(max_retries)
-        self.max_retries = max_retries
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        self.url = check_base_url(url)
-        self._headers = default_headers(token, None)
-        self._timeout = httpx.Timeout(timeout, connect=min(timeout, _CONNECT_TIMEOUT_S))
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self._closed = False
-
-    def __repr__(self) -> str:  # never shows the token
-        return f"HttpTokenSink(url={self.url!r})"
 
     async def __aenter__(self) -> HttpTokenSink:
         return self
@@ -89,22 +47,8 @@ class HttpTokenSink:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._closed:
-            raise FinalizerError(f"{self!r} is closed")
-        if self._client is None:
-            # Created on first use, inside the model server's event loop.
-            self._client = httpx.AsyncClient(
-                base_url=self.url,
-                headers=self._headers,
-                timeout=self._timeout,
-                limits=DEFAULT_CONNECTION_LIMITS,
-                transport=self._transport,
-            )
-        return self._client
-
     async def _send(self, method: str, rollout_id: str, operation: str, payload: Any) -> Any:
-        path = f"/ng-rollout/{rollout_id}/{_CAPTURE_PATH}/{operation}"
+        path = rollout_path(rollout_id, operation)
         request = WireRequest.json(method, path, payload)
         return parse_answer(await asend_with_retries(self._http(), request, self._retry))
 
@@ -116,26 +60,19 @@ class HttpTokenSink:
         for an entry the store refuses, APIConnectionError when it is unreachable.
         """
         payload = _entry_payload(entry)
-        rollout_id = _check_id(payload.get("rollout_id"), "rollout_id")
-        call_id = _check_id(payload.get("model_call_id"), "model_call_id")
+        rollout_id = check_id(payload.get("rollout_id"), "rollout_id")
+        call_id = check_id(payload.get("model_call_id"), "model_call_id")
         await self._send("PUT", rollout_id, f"calls/{call_id}", payload)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture ("" for the rollout as a whole)."""
-        _check_id(rollout_id, "rollout_id")
+        check_id(rollout_id, "rollout_id")
         if model_call_id:
-            _check_id(model_call_id, "model_call_id")
+            check_id(model_call_id, "model_call_id")
         await self._send("POST", rollout_id, "incomplete", {"model_call_id": model_call_id})
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce a call: if its entry is missing at freeze time, the snapshot is incomplete."""
-        _check_id(rollout_id, "rollout_id")
-        _check_id(model_call_id, "model_call_id")
+        check_id(rollout_id, "rollout_id")
+        check_id(model_call_id, "model_call_id")
         await self._send("POST", rollout_id, "intents", {"model_call_id": model_call_id})
-
-    async def close(self) -> None:
-        """Close the connection pool; safe to call twice."""
-        self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
