@@ -10,7 +10,7 @@ unzip). Only its ``token_id_capture`` subpackage is imported, under an empty
 file reads, so none of NeMo Gym's server dependencies are needed (pydantic,
 orjson and numpy are).
 
-Every expected value is what the released code answers, except where DESIGN.md
+Every expected value is what the released code answers, except where docs/
 deliberately differs: such a case carries our expected value, the reference's
 answer under ``reference`` and a ``note`` saying why.
 """
@@ -210,7 +210,7 @@ def token_digest_cases(ref: Reference) -> dict[str, Any]:
             "ids": [1, 2**64],
             "error": "ValueError: token ids must be below 2**64, got 18446744073709551616",
             "reference": outcome(lambda: compute([1, 2**64])),
-            "note": "DESIGN §14: ids >= 2**64 fail with a ValueError (the reference does not "
+            "note": "our rules: ids >= 2**64 fail with a ValueError (the reference does not "
             "report them: its negative-id search comes up empty).",
         }
     )
@@ -275,7 +275,7 @@ ARGUMENT_VALUES: dict[str, Any] = {
 
 
 def fingerprint_item_cases() -> dict[str, Any]:
-    """Name -> items; each exercises one branch of the §16 normalization."""
+    """Name -> items; each exercises one branch of the our resolution rules normalization."""
     cases: dict[str, Any] = {
         # whole-list shapes
         "empty_list": [],
@@ -819,7 +819,7 @@ def terminal_scenarios(ref: Reference) -> list[dict[str, Any]]:
                 "declared": False,
                 "reason": "response_has_no_id,response_has_no_output",
             },
-            "note": "DESIGN §15: a list with no object item is response_has_no_output (the "
+            "note": "our rules: a list with no object item is response_has_no_output (the "
             "reference fingerprints the empty list and says no_model_authored_output).",
         },
         {
@@ -843,7 +843,7 @@ def terminal_scenarios(ref: Reference) -> list[dict[str, Any]]:
                 "reason": "response_output_unfingerprintable",
             },
             "note": "The reference's fingerprint raises AttributeError here, which it does not "
-            "catch (attribution_error); DESIGN §15: any fingerprint failure is "
+            "catch (attribution_error); our attribution rules: any fingerprint failure is "
             "response_output_unfingerprintable and the other witnesses still speak.",
         },
         {
@@ -862,7 +862,7 @@ def terminal_scenarios(ref: Reference) -> list[dict[str, Any]]:
                 "reason": "response_has_no_id",
             },
             "note": "The reference raises AttributeError on this entry's items "
-            "(attribution_error); DESIGN §15 skips an entry whose items cannot be "
+            "(attribution_error); our attribution rules skips an entry whose items cannot be "
             "fingerprinted.",
         },
         {
@@ -1134,7 +1134,7 @@ def resolution_cases(ref: Reference) -> dict[str, Any]:
         if expected == "materialize":
             expected = _our_materialized(ref, entries, items)
         elif expected is reference and reference["match"] is not None:
-            # DESIGN §16: prev_len is cum_len everywhere (the file store answers 0).
+            # our resolution rules: prev_len is cum_len everywhere (the file store answers 0).
             expected = {**reference, "match": {**reference["match"]}}
             match_entry = next(
                 e for e in entries if e["model_call_id"] == reference["match"]["model_call_id"]
@@ -1162,7 +1162,7 @@ def resolution_cases(ref: Reference) -> dict[str, Any]:
             case["reference"] = reference
             case["note"] = scenario.get(
                 "note",
-                "prev_len: DESIGN §16 answers cum_len everywhere (the file store answers 0).",
+                "prev_len: our rules answer cum_len everywhere (the file store answers 0).",
             )
         cases.append(case)
     return {"cases": cases}
@@ -1298,7 +1298,7 @@ def builder_scenarios(ref: Reference) -> list[dict[str, Any]]:
             "name": "bogus_claim_while_prefix_recovery_active",
             "entries": [a1, {**a2, "parent_call_id": "z9"}, late, {**a3, "parent_call_id": "gone"}],
             "record": {},
-            "note": "DESIGN §14 step 4: a parent that is kept but not yet processed is always a "
+            "note": "our lineage rules, step 4: a kept parent not yet processed is always a "
             "boundary (parent_call_id_missing); the reference runs prefix recovery for it "
             "whenever some other entry's parent is absent (then: _recovered).",
         },
@@ -1316,7 +1316,7 @@ def builder_scenarios(ref: Reference) -> list[dict[str, Any]]:
             "name": "empty_parent_id_without_resolution",
             "entries": [a1, {**a2, "parent_resolution": None, "parent_call_id": ""}],
             "record": {},
-            "note": "DESIGN §14 step 4 calls an empty parent id a boundary "
+            "note": "our lineage rules step 4 calls an empty parent id a boundary "
             "(resolved_parent_missing_id); the reference treats it as a missing parent and "
             "tries prefix recovery.",
         },
@@ -1363,7 +1363,7 @@ def builder_scenarios(ref: Reference) -> list[dict[str, Any]]:
             "entries": [plain("s1", [1, 2], [3]), plain("s2", [1, 2, 3, 4], [5])],
             "record": {},
             "note": "No lineage field: a seed snapshot. The reference masks it as "
-            "missing_resolution; DESIGN §14 builds it by §5 rules instead.",
+            "missing_resolution; our lineage rules builds it by the seed builder's rules instead.",
         },
     ]
 
@@ -1429,7 +1429,7 @@ def builder_cases(ref: Reference) -> dict[str, Any]:
     return {
         "about": "Reference (NeMo Gym 0.7.0) answers, recorded as is: 'builder' is "
         "run_builder's output (chains as call ids, main chain first when a terminal was "
-        "delivered), 'build' is consumer._assemble's result. Notes mark where DESIGN.md "
+        "delivered), 'build' is consumer._assemble's result. Notes mark where docs/ "
         "expects otherwise.",
         "cases": cases,
     }
