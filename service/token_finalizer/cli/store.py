@@ -84,23 +84,28 @@ def format_age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-# -- store serve --------------------------------------------------------------
-
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `token-finalizer store serve`."""
+def _add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--dir DIR` or `--redis URL [--key-prefix P]`: which store a command works on."""
     backend = parser.add_mutually_exclusive_group(required=True)
-    backend.add_argument("--dir", type=Path, help="the capture directory to serve")
+    backend.add_argument("--dir", type=Path, help="the capture directory")
     backend.add_argument(
         "--redis",
         metavar="URL",
-        help="serve a redis store instead: redis://[:password@]host:port/db or rediss://...",
+        help="a redis store instead: redis://[:password@]host:port/db or rediss://...",
     )
     parser.add_argument(
         "--key-prefix",
         metavar="PREFIX",
         help="with --redis: prefix of every key (letters, digits, '.', '_', ':', '/', '-')",
     )
+
+
+# -- store serve --------------------------------------------------------------
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `token-finalizer store serve`."""
+    _add_backend_arguments(parser)
     parser.add_argument(
         "--retired-ttl",
         type=parse_ttl,
@@ -239,16 +244,7 @@ def store_serve(args: argparse.Namespace) -> int:
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `token-finalizer store sweep`."""
-    backend = parser.add_mutually_exclusive_group(required=True)
-    backend.add_argument("--dir", type=Path, help="the capture directory")
-    backend.add_argument(
-        "--redis",
-        metavar="URL",
-        help="a redis store instead: redis://[:password@]host:port/db or rediss://...",
-    )
-    parser.add_argument(
-        "--key-prefix", metavar="PREFIX", help="with --redis: the store's key prefix"
-    )
+    _add_backend_arguments(parser)
     parser.add_argument(
         "--retired-older-than",
         required=True,
@@ -363,16 +359,7 @@ def _sweep_redis(args: argparse.Namespace) -> int:
 
 def _add_admin_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("rollout_id", metavar="ROLLOUT_ID", help="the capture's rollout id")
-    backend = parser.add_mutually_exclusive_group(required=True)
-    backend.add_argument("--dir", type=Path, help="the capture directory")
-    backend.add_argument(
-        "--redis",
-        metavar="URL",
-        help="a redis store instead: redis://[:password@]host:port/db or rediss://...",
-    )
-    parser.add_argument(
-        "--key-prefix", metavar="PREFIX", help="with --redis: the store's key prefix"
-    )
+    _add_backend_arguments(parser)
 
 
 def add_inspect_arguments(parser: argparse.ArgumentParser) -> None:
