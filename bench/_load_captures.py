@@ -92,10 +92,10 @@ def check_captures(
     for rollout_id in rollout_ids:
         outcome = outcomes.get(rollout_id, "untouched")
         check.outcomes[outcome] += 1
-        state = store.status(rollout_id)
+        state = asyncio.run(store.admin.status(rollout_id))
         present = (
             state is not None
-            and not state.get("retired")
+            and not state.retired
             and (directory / f"{rollout_id}.tokens.jsonl").exists()
         )
         if outcome == "retired":

@@ -130,7 +130,7 @@ def main() -> int:
     args = parser.parse_args()
 
     store = FileTokenStore(args.dir)
-    if store.status(args.rollout_id) is not None:
+    if asyncio.run(store.admin.status(args.rollout_id)) is not None:
         print(
             f"error: {args.dir}/ already holds a capture of rollout {args.rollout_id}: each "
             "rollout is written once. Pass another --rollout-id.",

@@ -71,3 +71,24 @@ def test_client_installs_alone_without_server_code_and_typed(tmp_path: Path) -> 
         'orjson>=3.9; extra == "fast"',
         'numpy>=1.26; extra == "fast"',
     ]
+
+
+@pytest.mark.timeout(300)
+def test_service_wheel_carries_the_redis_scripts(tmp_path: Path) -> None:
+    """The service wheel (what the image installs) holds every Lua script the redis store uses."""
+    import zipfile
+
+    from token_finalizer.sources.redis._scripts import SCRIPT_NAMES
+
+    source = tmp_path / "src"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "__pycache__"),
+    )
+    pip = [sys.executable, "-m", "pip", "wheel", "--no-deps"]
+    _run([*pip, "-q", "-w", str(tmp_path / "dist"), str(source)], cwd=tmp_path)
+    (wheel,) = (tmp_path / "dist").glob("token_finalizer-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {f"token_finalizer/sources/redis/scripts/{n}.lua" for n in (*SCRIPT_NAMES, "prelude")}
+    assert wanted <= names

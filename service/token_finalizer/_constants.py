@@ -112,6 +112,25 @@ HTTP_PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
 # Largest decoded answer the http source accepts from a capture store (a zstd
 # body is tiny on the wire; this bounds what it may expand to).
 HTTP_MAX_ANSWER_BYTES = 1024 * 1024 * 1024
+# A state replacement lives for milliseconds: a temporary state file (or a lone
+# lock file) this old was left by a killed writer and is removed by a sweep.
+FILE_STALE_AGE_S = 60.0
+# A retired tombstone only has to outlive the attempt's straggling writers
+# (Redis keeps it this long by TTL; `store sweep` removes older ones).
+DEFAULT_RETIRED_TTL_S = 7 * 86_400.0
+# The redis store (sources/redis): connection errors and timeouts are retried
+# this often by the client (every script is safe to repeat), with jittered
+# backoff between these bounds; a connect waits at most the cap (or the
+# source's timeout_s, when smaller).
+REDIS_RETRIES = 3
+REDIS_RETRY_BASE_S = 0.05
+REDIS_RETRY_CAP_S = 1.0
+REDIS_CONNECT_TIMEOUT_CAP_S = 5.0
+# Keys asked for per SCAN round when listing rollouts.
+REDIS_SCAN_COUNT = 1000
+# A put whose stored payload kept changing under it (only an admin delete can
+# do that) gives up after this many rounds.
+REDIS_PUT_ROUNDS = 4
 # Largest request body the store server reads (one TokenEntry per PUT; a
 # 100k-token prompt is under 1 MB of JSON).
 STORE_MAX_BODY_BYTES = 64 * 1024 * 1024

@@ -108,7 +108,7 @@ class SourceSettings(_Strict):
                 raise ValueError(f"url {self.url!r} must start with http:// or https://")
         if self.kind == "redis":
             # Imported here: only a configured redis source loads redis-py.
-            from token_finalizer.sources.redis import check_key_prefix, check_redis_url
+            from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 
             check_redis_url(self.url)
             if self.key_prefix is not None:
@@ -178,14 +178,14 @@ class GuardSettings(_Strict):
         if url is None:
             return None
         # Imported here: only a configured shared guard loads redis-py.
-        from token_finalizer.sources.redis import check_redis_url
+        from token_finalizer.core.store_urls import check_redis_url
 
         return check_redis_url(url)
 
     @field_validator("key_prefix")
     @classmethod
     def _key_prefix(cls, prefix: str) -> str:
-        from token_finalizer.sources.redis import check_key_prefix
+        from token_finalizer.core.store_urls import check_key_prefix
 
         return check_key_prefix(prefix)
 

@@ -14,6 +14,7 @@ import pytest
 from tests.client.conftest import Connect, mark_incomplete, settings_for, write_rollout
 from tests.support.captures import record_for
 from tests.support.servers import free_port, running_app
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.settings import settings_from_mapping
@@ -127,7 +128,7 @@ def test_finalize_uses_the_named_source(api: Any, other_store: FileTokenStore) -
     rollout_id = write_rollout(other_store)
     finalized = api.finalize(record_for(rollout_id), source="other")
     assert (finalized.source, finalized.retirable) == ("other", True)
-    assert other_store.status(rollout_id)["frozen"] is True
+    assert stored_state(other_store, rollout_id).frozen is True
 
 
 def test_finalize_of_a_large_rollout_round_trips(api: Any, local_store: FileTokenStore) -> None:
@@ -146,7 +147,7 @@ def test_retire_drops_the_consumed_snapshot(api: Any, local_store: FileTokenStor
     rollout_id = write_rollout(local_store)
     finalized = api.finalize(record_for(rollout_id))
     assert api.retire(finalized) is True
-    assert local_store.status(rollout_id)["retired"] is True
+    assert stored_state(local_store, rollout_id).retired is True
 
 
 def test_retire_by_a_stored_retire_object(api: Any, other_store: FileTokenStore) -> None:
@@ -154,7 +155,7 @@ def test_retire_by_a_stored_retire_object(api: Any, other_store: FileTokenStore)
     rollout_id = write_rollout(other_store)
     line = json.dumps(api.finalize(record_for(rollout_id), source="other").to_answer())
     assert api.retire(json.loads(line)["retire"]) is True
-    assert other_store.status(rollout_id)["retired"] is True
+    assert stored_state(other_store, rollout_id).retired is True
 
 
 def test_retire_by_a_whole_stored_answer(api: Any, local_store: FileTokenStore) -> None:
@@ -162,7 +163,7 @@ def test_retire_by_a_whole_stored_answer(api: Any, local_store: FileTokenStore) 
     rollout_id = write_rollout(local_store)
     answer = json.loads(json.dumps(api.finalize(record_for(rollout_id)).to_answer()))
     assert api.retire(answer) is True
-    assert local_store.status(rollout_id)["retired"] is True
+    assert stored_state(local_store, rollout_id).retired is True
 
 
 def test_retire_of_a_masked_build_keeps_the_evidence(api: Any, local_store: FileTokenStore) -> None:
@@ -171,7 +172,7 @@ def test_retire_of_a_masked_build_keeps_the_evidence(api: Any, local_store: File
     mark_incomplete(local_store, rollout_id)
     finalized = api.finalize(record_for(rollout_id))
     assert (finalized.masked, api.retire(finalized)) == (True, False)
-    assert local_store.status(rollout_id)["retired"] is False
+    assert stored_state(local_store, rollout_id).retired is False
 
 
 def test_retire_twice_is_still_true(api: Any, local_store: FileTokenStore) -> None:

@@ -11,6 +11,7 @@ import pytest
 from tests.client.conftest import Connect, settings_for, write_rollout
 from tests.support.captures import record_for
 from tests.support.servers import free_port, running_app
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer_client import (
@@ -92,7 +93,7 @@ def test_forged_ticket_is_permission_denied(api: Any, local_store: FileTokenStor
     with pytest.raises(PermissionDeniedError) as caught:
         api.retire({**retire, "ticket": "0" * 64})
     assert caught.value.status_code == 403
-    assert local_store.status(rollout_id)["retired"] is False
+    assert stored_state(local_store, rollout_id).retired is False
 
 
 def test_edited_retire_object_is_permission_denied(api: Any, local_store: FileTokenStore) -> None:

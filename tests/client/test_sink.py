@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.captures import make_entry
 from tests.support.servers import free_port, running_app
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.store_server import create_store_app
 from token_finalizer_client import (
@@ -82,7 +83,7 @@ async def test_put_of_the_same_entry_twice_is_fine(
     payload = make_entry(rid, "c1", [1, 2], [3, 4])
     await sink.put(payload)
     await sink.put(payload)
-    assert store.status(rid)["version"] == 1
+    assert stored_state(store, rid).version == 1
 
 
 async def test_conflicting_put_raises_conflict(sink: HttpTokenSink, rid: str) -> None:

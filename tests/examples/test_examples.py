@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.support.servers import free_port, running_process
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,14 +173,14 @@ def test_write_capture_file_takes_its_directory_from_the_environment(tmp_path: P
     """$CAPTURE_DIR names the capture directory when --dir is not given."""
     env = {"CAPTURE_DIR": str(tmp_path / "elsewhere")}
     ok(run_example("write_capture_file.py", "--rollout-id", "7-0", cwd=tmp_path, env=env))
-    assert FileTokenStore(tmp_path / "elsewhere").status("7-0") is not None
+    assert stored_state(FileTokenStore(tmp_path / "elsewhere"), "7-0") is not None
 
 
 def test_write_capture_file_refuses_a_second_run(tmp_path: Path, written: Path) -> None:
     """Running the writer again for the same rollout exits 1 and leaves the capture intact."""
     result = run_example("write_capture_file.py", "--dir", str(written), cwd=tmp_path)
     assert result.returncode == 1 and "another --rollout-id" in result.stderr
-    assert FileTokenStore(written).status(ROLLOUT)["incomplete"] is False
+    assert stored_state(FileTokenStore(written), ROLLOUT).incomplete is False
 
 
 def test_finalize_with_client_writes_an_unmasked_record(
@@ -193,7 +194,7 @@ def test_finalize_with_client_writes_an_unmasked_record(
     [answer] = read_jsonl(out)
     assert_unmasked_with_tokens(answer["record"])
     assert answer["retire"]["rollout_id"] == ROLLOUT
-    assert FileTokenStore(written).status(ROLLOUT)["retired"] is False
+    assert stored_state(FileTokenStore(written), ROLLOUT).retired is False
 
 
 def test_finalize_with_client_retires_after_the_durable_write(
@@ -204,7 +205,7 @@ def test_finalize_with_client_retires_after_the_durable_write(
     stdout = ok(run_example("finalize_with_client.py", cwd=tmp_path, env=env))
     assert "retired: true" in stdout
     assert len(read_jsonl(tmp_path / "finalized.jsonl")) == 1
-    assert FileTokenStore(written).status(ROLLOUT)["retired"] is True
+    assert stored_state(FileTokenStore(written), ROLLOUT).retired is True
 
 
 def test_finalize_with_client_reports_an_unreachable_finalizer(tmp_path: Path) -> None:
@@ -222,7 +223,7 @@ def test_retire_after_durable_write_retires_the_stored_answer(
     ok(run_example("finalize_with_client.py", "--no-retire", cwd=tmp_path, env=env))
     stdout = ok(run_example("retire_after_durable_write.py", cwd=tmp_path, env=env))
     assert stdout.strip() == f"line 1: {ROLLOUT}: retired true"
-    assert FileTokenStore(written).status(ROLLOUT)["retired"] is True
+    assert stored_state(FileTokenStore(written), ROLLOUT).retired is True
 
 
 def test_retire_after_durable_write_skips_a_masked_answer(tmp_path: Path, finalizer: str) -> None:
@@ -232,7 +233,7 @@ def test_retire_after_durable_write_skips_a_masked_answer(tmp_path: Path, finali
     ok(run_example("finalize_with_client.py", *args, cwd=tmp_path, env=env))
     stdout = ok(run_example("retire_after_durable_write.py", cwd=tmp_path, env=env))
     assert "not retirable, skipped" in stdout
-    assert FileTokenStore(tmp_path / "capture").status("never-written")["retired"] is False
+    assert stored_state(FileTokenStore(tmp_path / "capture"), "never-written").retired is False
 
 
 def test_ops_check_shows_readiness_and_the_finalize(
@@ -273,7 +274,7 @@ def test_remote_capture_finalizes_unmasked_and_retires(
     assert answer["source"] == "store"
     assert_unmasked_with_tokens(answer["record"])
     assert "retired: true" in stdout
-    assert FileTokenStore(tmp_path / "store").status(ROLLOUT)["retired"] is True
+    assert stored_state(FileTokenStore(tmp_path / "store"), ROLLOUT).retired is True
 
 
 def test_compose_smoke_passes_against_two_replicas(
@@ -410,7 +411,7 @@ def test_quickstart_curl_commands_answer_as_shown(
     assert_unmasked_with_tokens(json.loads((tmp_path / "answer.json").read_text())["record"])
     assert '{"retired":true}' in outputs
     assert any('token_finalizer_finalize_total{outcome="ok",source="local"}' in o for o in outputs)
-    assert FileTokenStore(written).status(ROLLOUT)["retired"] is True
+    assert stored_state(FileTokenStore(written), ROLLOUT).retired is True
 
 
 @needs_curl

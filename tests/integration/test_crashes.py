@@ -15,6 +15,7 @@ import yaml
 
 from tests.support.captures import agent_rollout, record_for
 from tests.support.servers import free_port, running_app, running_process
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.settings import settings_from_mapping
@@ -73,9 +74,9 @@ def test_store_killed_mid_stream_keeps_every_acknowledged_put(tmp_path: Path) ->
     assert finalized["build"]["mask_sample"] is False, finalized["build"]
     delivered = [item["arguments"] for item in finalized["record"]["response"]["output"]]
     assert len(delivered) >= len(acked)
-    state = FileTokenStore(directory).status("crash-1")
-    assert set(acked) <= set(state["entry_digests"])
-    assert state["indexed_size"] == jsonl.stat().st_size
+    state = stored_state(FileTokenStore(directory), "crash-1")
+    assert set(acked) <= set(state.entry_digests)
+    assert state.indexed_size == jsonl.stat().st_size
     assert jsonl.read_bytes().endswith(b"\n")
 
 
@@ -127,10 +128,10 @@ def test_two_finalizer_processes_agree_on_one_snapshot(tmp_path: Path) -> None:
         other_version = {**second["retire"], "version": second["retire"]["version"] - 1}
         retire = [f"http://127.0.0.1:{port}/retire" for port in ports]
         assert httpx.post(retire[1], json=other_version, timeout=30).status_code == 403
-        assert store.status("shared-1")["retired"] is False
+        assert stored_state(store, "shared-1").retired is False
         # Each process accepts the other's ticket; the second retire finds it done.
         assert httpx.post(retire[1], json=first, timeout=30).json() == {"retired": True}
         assert httpx.post(retire[0], json=second, timeout=30).json() == {"retired": True}
         assert httpx.post(retire[0], json=other_version, timeout=30).status_code == 403
-    assert store.status("shared-1")["retired"] is True
+    assert stored_state(store, "shared-1").retired is True
     assert not (directory / "shared-1.tokens.jsonl").exists()

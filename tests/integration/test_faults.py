@@ -25,6 +25,7 @@ import pytest
 from tests.support.captures import agent_rollout, record_for
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.servers import free_port, running_app
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.settings import settings_from_mapping
@@ -107,8 +108,8 @@ def _assert_kept_and_serving(rig: Rig, rollout_id: str, answer: dict[str, Any] |
         assert answer["retire"] is None
         retire = httpx.post(f"{rig.finalizer}/retire", json=answer, timeout=30)
         assert retire.status_code == 422, retire.text
-    status = rig.store.status(rollout_id)
-    assert status is not None and status["retired"] is False
+    status = stored_state(rig.store, rollout_id)
+    assert status is not None and status.retired is False
     assert (rig.store.directory / f"{rollout_id}.tokens.jsonl").exists()
     assert httpx.get(f"{rig.finalizer}/health", timeout=5).status_code == 200
     rig.proxy.fault = Fault()
@@ -225,7 +226,7 @@ def test_faulty_drop_retires_nothing(rig: Rig, rollout: str) -> None:
     rig.proxy.fault = Fault("status", status=503)
     retire = httpx.post(f"{rig.finalizer}/retire", json=answer, timeout=60)
     assert (retire.status_code, "Retry-After" in retire.headers) == (503, True), retire.text
-    assert rig.store.status(rollout)["retired"] is False
+    assert stored_state(rig.store, rollout).retired is False
     rig.proxy.fault = Fault()
     assert httpx.post(f"{rig.finalizer}/retire", json=answer, timeout=60).json() == {
         "retired": True

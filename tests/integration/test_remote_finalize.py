@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.captures import agent_rollout, make_entry, record_for
 from tests.support.servers import free_port, running_app
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.settings import settings_from_mapping
@@ -103,7 +104,7 @@ async def test_rollout_written_remotely_is_finalized_and_retired(
     assert answer["record"]["_ng_token_capture"]["n_calls"] == 6
     retired = await finalizer.post("/retire", json=answer)
     assert retired.json() == {"retired": True}
-    assert deployment.remote_store.status("remote-1")["retired"] is True
+    assert stored_state(deployment.remote_store, "remote-1").retired is True
     assert not (deployment.remote_store.directory / "remote-1.tokens.jsonl").exists()
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from tests.support.captures import agent_rollout, record_for
 from tests.support.servers import free_port, running_process
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 
 
@@ -62,4 +63,4 @@ def test_sigterm_drains_in_flight_finalizes_and_reports_not_ready(tmp_path: Path
     assert health.status_code == 200
     assert statuses == dict.fromkeys(ids, 200)
     store = FileTokenStore(directory)
-    assert all(store.status(i)["frozen"] for i in ids)
+    assert all(stored_state(store, i).frozen for i in ids)

@@ -133,9 +133,9 @@ async def test_http_source_finalizes_and_retires_from_the_served_store(served: S
         assert await retire_rollout_token_capture("h5", source, build) is True
     finally:
         await source.close()
-    status = await store.status("h5")
+    status = await store.admin.status("h5")
     await store.close()
-    assert status is not None and status["retired"] is True
+    assert status is not None and status.retired is True
 
 
 # -- refusals before serving -------------------------------------------------------------------
@@ -162,8 +162,8 @@ def test_unreachable_redis_exits_2_without_the_password() -> None:
     [
         (["--redis", "http://127.0.0.1:6379"], "must start with redis://"),
         (["--redis", "redis://127.0.0.1:6379", "--key-prefix", "{x}"], "no braces"),
-        (["--dir", "DIR", "--key-prefix", "x"], "--key-prefix only go with --redis"),
-        (["--dir", "DIR", "--abandoned-ttl", "1d"], "--abandoned-ttl only go with --redis"),
+        (["--dir", "DIR", "--key-prefix", "x"], "--key-prefix only goes with --redis"),
+        (["--dir", "DIR", "--abandoned-ttl", "1d"], "--abandoned-ttl only goes with --redis"),
     ],
 )
 def test_bad_redis_options_exit_2(

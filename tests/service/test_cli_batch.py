@@ -23,6 +23,7 @@ import pytest
 
 from tests.support.captures import agent_rollout, record_for
 from tests.support.servers import running_app
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.cli import main
@@ -198,8 +199,8 @@ def test_retire_drops_every_retirable_capture(
     """After finalize then retire, both captured rollouts are retired in the store."""
     finalize(batch, target)
     assert main(["retire", str(batch.output), *target]) == 0
-    assert local_store.status(batch.first)["retired"] is True
-    assert local_store.status(batch.second)["retired"] is True
+    assert stored_state(local_store, batch.first).retired is True
+    assert stored_state(local_store, batch.second).retired is True
 
 
 def test_retire_keeps_masked_captures_as_evidence(
@@ -208,7 +209,7 @@ def test_retire_keeps_masked_captures_as_evidence(
     """The masked rollout's frozen state is not retired."""
     finalize(batch, target)
     main(["retire", str(batch.output), *target])
-    assert local_store.status(batch.missing)["retired"] is False
+    assert stored_state(local_store, batch.missing).retired is False
 
 
 def test_retire_summary_counts_each_kind_of_line(
@@ -357,7 +358,7 @@ def test_console_command_round_trip(
         capture_output=True,
         timeout=60,
     )
-    assert local_store.status(batch.first)["retired"] is True
+    assert stored_state(local_store, batch.first).retired is True
 
 
 # -- paths and arguments that cannot work: exit 2, one line on stderr -----------
@@ -481,8 +482,8 @@ def test_retire_refuses_a_file_of_records(
         "token-finalizer retire: line 1 is a rollout record, not a finalize answer: "
         "pass the output of `token-finalizer finalize`",
     )
-    state = local_store.status(batch.first) or {}
-    assert (state.get("frozen"), state.get("retired")) == (False, False)
+    state = stored_state(local_store, batch.first)
+    assert state is None or (state.frozen, state.retired) == (False, False)
 
 
 def test_retire_exits_2_when_no_line_is_a_finalize_answer(

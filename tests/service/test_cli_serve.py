@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from tests.support.captures import record_for
 from tests.support.servers import free_port, running_app, running_process
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 
 
@@ -56,7 +57,7 @@ def test_serve_finalizes_from_the_configured_directory(
     port = free_port()
     with running_process(["serve", "--config", str(config), "--port", str(port)], port=port):
         httpx.post(f"http://127.0.0.1:{port}/finalize", json=record_for("cli-1"))
-    assert file_store.status("cli-1")["frozen"] is True
+    assert stored_state(file_store, "cli-1").frozen is True
 
 
 def test_config_path_from_the_environment(tmp_path: Path, capture_dir: Path) -> None:
@@ -66,7 +67,7 @@ def test_config_path_from_the_environment(tmp_path: Path, capture_dir: Path) -> 
     env = {"TOKEN_FINALIZER_CONFIG": str(config)}
     with running_process(["serve", "--port", str(port)], port=port, env=env):
         httpx.post(f"http://127.0.0.1:{port}/finalize", json=record_for("env-1"))
-    assert FileTokenStore(capture_dir).status("env-1") is not None
+    assert stored_state(FileTokenStore(capture_dir), "env-1") is not None
 
 
 def test_no_config_serves_the_embedded_default(
@@ -88,7 +89,7 @@ def test_two_workers_serve_finalize(tmp_path: Path, capture_dir: Path) -> None:
     args = ["serve", "--config", str(config), "--port", str(port), "--workers", "2"]
     with running_process(args, port=port):
         answer = httpx.post(f"http://127.0.0.1:{port}/finalize", json=record_for("w-1")).json()
-    assert (answer["source"], FileTokenStore(capture_dir).status("w-1")["frozen"]) == (
+    assert (answer["source"], stored_state(FileTokenStore(capture_dir), "w-1").frozen) == (
         "local",
         True,
     )

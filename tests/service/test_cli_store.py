@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -13,6 +12,7 @@ import pytest
 
 from tests.support.captures import make_entry
 from tests.support.servers import free_port, running_process
+from tests.support.stores import run_sync, stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.cli import main
 from token_finalizer.cli.store import STORE_TOKEN_ENV_VAR, parse_duration
@@ -36,7 +36,7 @@ def test_store_serve_writes_into_its_directory(capture_dir: Path) -> None:
             json=make_entry("s1", "c1", [1], [2]),
         )
     assert (health, put.status_code) == ({"status": "ok"}, 200)
-    assert FileTokenStore(capture_dir).status("s1")["version"] == 1
+    assert stored_state(FileTokenStore(capture_dir), "s1").version == 1
 
 
 @pytest.mark.parametrize("where", ["flag", "environment"])
@@ -62,11 +62,15 @@ def test_store_serve_warns_when_public_without_a_token(
     """Binding beyond loopback with no token prints a warning, then serves as asked."""
     import uvicorn
 
-    calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **options: calls.append(options))
+    calls: list[uvicorn.Config] = []
+
+    async def serve(server: uvicorn.Server) -> None:
+        calls.append(server.config)
+
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
     monkeypatch.delenv(STORE_TOKEN_ENV_VAR, raising=False)
     code = main(["store", "serve", "--dir", str(capture_dir), "--host", "0.0.0.0", "--port", "9"])
-    assert (code, calls[0]["host"], calls[0]["port"]) == (0, "0.0.0.0", 9)
+    assert (code, calls[0].host, calls[0].port) == (0, "0.0.0.0", 9)
     assert "without a token" in capsys.readouterr().err
 
 
@@ -134,7 +138,11 @@ def test_sweep_removes_old_tombstones_only(
 ) -> None:
     """Old tombstones go; a fresh tombstone, a frozen capture and an open one stay."""
     assert _sweep(aged_store, "--retired-older-than", "7d") == 0
-    assert FileTokenStore(aged_store).rollout_ids() == ["frozen-old", "open-old", "retired-new"]
+    assert run_sync(FileTokenStore(aged_store).admin.rollout_ids()) == [
+        "frozen-old",
+        "open-old",
+        "retired-new",
+    ]
     assert "removed retired-old (retired, 10d old)" in capsys.readouterr().out
 
 
@@ -143,14 +151,14 @@ def test_abandoned_captures_go_only_when_asked(
 ) -> None:
     """--abandoned-older-than removes old never-frozen captures, never a frozen unretired one."""
     assert _sweep(aged_store, "--retired-older-than", "7d", "--abandoned-older-than", "1h") == 0
-    assert FileTokenStore(aged_store).rollout_ids() == ["frozen-old", "retired-new"]
+    assert run_sync(FileTokenStore(aged_store).admin.rollout_ids()) == ["frozen-old", "retired-new"]
     assert "removed 2 capture(s): 1 retired, 1 abandoned" in capsys.readouterr().out
 
 
 def test_frozen_unretired_capture_survives_any_age(aged_store: Path) -> None:
     """Even with both thresholds at zero, a frozen capture that was not retired is kept."""
     _sweep(aged_store, "--retired-older-than", "0s", "--abandoned-older-than", "0s")
-    assert FileTokenStore(aged_store).rollout_ids() == ["frozen-old"]
+    assert run_sync(FileTokenStore(aged_store).admin.rollout_ids()) == ["frozen-old"]
 
 
 def test_sweep_of_a_missing_directory_fails_without_creating_it(

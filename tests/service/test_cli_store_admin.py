@@ -15,6 +15,7 @@ import pytest
 from tests.support.captures import make_entry
 from tests.support.redis import redis_url as find_redis_url
 from tests.support.redis import unique_prefix
+from tests.support.stores import run_sync, stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.cli import main
 from token_finalizer.sources.redis import RedisTokenStore
@@ -66,10 +67,10 @@ def test_inspect_prints_the_capture_as_json(
     """State, entry count, incomplete reasons and ids, snapshot id and version, retired."""
     assert _run("inspect", "r1", "--dir", str(capture)) == 0
     report = json.loads(capsys.readouterr().out)
-    status = FileTokenStore(capture).status("r1")
+    status = stored_state(FileTokenStore(capture), "r1")
     assert report["found"] is True
     assert (report["state"], report["frozen"], report["retired"]) == ("frozen", True, False)
-    assert (report["snapshot_id"], report["version"]) == (status["snapshot_id"], status["version"])
+    assert (report["snapshot_id"], report["version"]) == (status.snapshot_id, status.version)
     assert report["entries"] == 1
     assert (report["incomplete"], report["incomplete_call_ids"], report["missing_call_ids"]) == (
         True,
@@ -159,7 +160,7 @@ def test_delete_asks_on_a_terminal(
     err = capsys.readouterr().err
     assert "delete rollout r1 (frozen, 1 entry, incomplete, version" in err
     assert "frozen and was not retired" in err
-    assert (FileTokenStore(capture).status("r1") is None) == (code == 0)
+    assert (stored_state(FileTokenStore(capture), "r1") is None) == (code == 0)
 
 
 def test_delete_of_nothing_stored_exits_1(
@@ -271,11 +272,11 @@ def test_sweep_removes_frozen_empty_captures_with_the_flag(
     _age_all(capture_dir, 2 * DAY)
     directory = str(capture_dir)
     assert _run("sweep", "--dir", directory, "--retired-older-than", "7d") == 0
-    assert store.rollout_ids() == ["ghost", "kept"]
+    assert run_sync(store.admin.rollout_ids()) == ["ghost", "kept"]
     args = ("sweep", "--dir", directory, "--retired-older-than", "7d", "--empty-older-than", "1d")
     assert _run(*args) == 0
     assert "removed 1 capture(s): 0 retired, 0 abandoned, 1 empty" in capsys.readouterr().out
-    assert store.rollout_ids() == ["kept"]
+    assert run_sync(store.admin.rollout_ids()) == ["kept"]
 
 
 def test_sweep_over_redis_removes_frozen_empty_captures_only_with_the_flag(

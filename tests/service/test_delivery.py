@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.captures import assert_prefix_contiguous, make_entry, record_for
+from tests.support.stores import stored_state
 from token_finalizer import MemoryTokenStore, Snapshot
 from token_finalizer.core.delivery import (
     _REDUNDANT_CAPTURE_KEY,
@@ -114,10 +115,10 @@ async def test_build_carries_the_snapshot_it_consumed(memory_store: MemoryTokenS
     """The build names the frozen snapshot (id and version) for a later retire."""
     await _stored(memory_store)
     build = await finalize_rollout_token_capture(record_for("r1"), memory_store)
-    state = memory_store.status("r1")
+    state = stored_state(memory_store, "r1")
     assert build["_capture_snapshot"] == {
-        "snapshot_id": state["snapshot_id"],
-        "version": state["version"],
+        "snapshot_id": state.snapshot_id,
+        "version": state.version,
     }
 
 
@@ -282,7 +283,7 @@ async def test_retire_drops_exactly_the_snapshot(memory_store: MemoryTokenStore)
     await _stored(memory_store)
     build = await finalize_rollout_token_capture(record_for("r1"), memory_store)
     assert await retire_rollout_token_capture("r1", memory_store, build) is True
-    assert memory_store.status("r1")["retired"] is True
+    assert stored_state(memory_store, "r1").retired is True
 
 
 async def test_masked_build_is_never_retired(memory_store: MemoryTokenStore) -> None:
@@ -291,7 +292,7 @@ async def test_masked_build_is_never_retired(memory_store: MemoryTokenStore) -> 
     await memory_store.mark_incomplete("r1")
     build = await finalize_rollout_token_capture(record_for("r1"), memory_store)
     assert await retire_rollout_token_capture("r1", memory_store, build) is False
-    assert memory_store.status("r1")["retired"] is False
+    assert stored_state(memory_store, "r1").retired is False
 
 
 async def test_retire_without_source_is_false(memory_store: MemoryTokenStore) -> None:
@@ -323,4 +324,4 @@ async def test_retire_with_stale_version_is_false(memory_store: MemoryTokenStore
     build = await finalize_rollout_token_capture(record_for("r1"), memory_store)
     await memory_store.mark_incomplete("r1", "late")
     assert await retire_rollout_token_capture("r1", memory_store, build) is False
-    assert memory_store.status("r1")["retired"] is False
+    assert stored_state(memory_store, "r1").retired is False

@@ -25,6 +25,7 @@ from tests.support.captures import agent_rollout, record_for, snapshot_of
 from tests.support.redis import redis_url as find_redis_url
 from tests.support.redis import unique_prefix
 from tests.support.servers import free_port
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.core.build import Build
@@ -407,7 +408,7 @@ def test_two_apps_share_one_guard(tmp_path: Path, redis_url: str, prefix: str) -
     assert (body["finalized"], body["masked"], body["reasons"]) == (4, 4, {EMPTY: 4})
     assert "token_finalizer_guard_refusals_total 2.0" in metrics
     # Refused before the freeze: "later" was never frozen by either replica.
-    assert FileTokenStore(tmp_path).status("later") is None
+    assert stored_state(FileTokenStore(tmp_path), "later") is None
 
 
 def test_unreachable_guard_redis_does_not_stop_finalizing(tmp_path: Path) -> None:
@@ -441,7 +442,7 @@ def test_too_long_run_id_answers_400_and_freezes_nothing(
     anyio.run(write)
     with in_process(create_app(_app_settings(tmp_path, shared))) as client:
         refused = _finalize(client, "long", "x" * (MAX_RUN_ID_LENGTH + 1))
-        frozen_after_refusal = store.status("long")["frozen"]
+        frozen_after_refusal = stored_state(store, "long").frozen
         accepted = _finalize(client, "long", "x" * MAX_RUN_ID_LENGTH)
     assert refused.status_code == 400
     assert str(MAX_RUN_ID_LENGTH) in refused.json()["error"]

@@ -21,6 +21,7 @@ import pytest
 
 from tests.support.asgi import in_process
 from tests.support.captures import make_entry, record_for
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.core.build import MaskReason
@@ -83,7 +84,7 @@ async def test_bogus_own_token_id_is_masked_and_never_retirable(
     assert record["mask_sample"] is True
     assert record["_ng_token_capture"]["mask_reason"] == "invalid_token_ids"
     assert record["response"]["output"][0]["generation_token_ids"] == generation  # not rebuilt
-    assert memory_store.status("r1")["frozen"] is False  # the capture was not consumed
+    assert stored_state(memory_store, "r1").frozen is False  # the capture was not consumed
 
 
 async def test_bogus_prompt_id_beside_good_generation_ids_is_masked(
@@ -133,8 +134,8 @@ async def test_own_ids_beside_an_incomplete_capture_are_not_retirable(
     before = copy.deepcopy(record)
     assert await finalize_rollout_token_capture(record, memory_store) is None
     assert record == before
-    status = memory_store.status("r1")
-    assert status["frozen"] is True and status["retired"] is False
+    status = stored_state(memory_store, "r1")
+    assert status.frozen is True and status.retired is False
 
 
 async def test_own_ids_on_a_masked_record_are_not_retirable(
@@ -147,7 +148,7 @@ async def test_own_ids_on_a_masked_record_are_not_retirable(
     build = await finalize_rollout_token_capture(record, memory_store)
     assert build is None and record == before
     assert await retire_rollout_token_capture("r1", memory_store, build) is False
-    assert memory_store.status("r1")["retired"] is False
+    assert stored_state(memory_store, "r1").retired is False
 
 
 async def test_well_formed_own_ids_and_complete_capture_stay_retirable(

@@ -116,9 +116,8 @@ def freeze(
     async def job(store: Any) -> dict[str, Any]:
         deadline = time.monotonic() + 10
         while after_version and time.monotonic() < deadline:
-            status = store.status(rollout_id)
-            state = await status if asyncio.iscoroutine(status) else status
-            if state is not None and state["version"] >= after_version:
+            state = await store.admin.status(rollout_id)
+            if state is not None and state.version >= after_version:
                 break
             await asyncio.sleep(0.001)
         snapshot = await store.freeze(rollout_id)

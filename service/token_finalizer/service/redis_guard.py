@@ -46,9 +46,9 @@ from redis.exceptions import RedisError
 
 from token_finalizer.core.build import Build
 from token_finalizer.core.redaction import redact, redacted_url
+from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.guard import check_run_id, mask_fraction_refusal
 from token_finalizer.service.metrics import ServiceMetrics
-from token_finalizer.sources.redis import check_key_prefix, check_redis_url
 
 __all__ = ["DEFAULT_KEY_PREFIX", "DEFAULT_RUN_TTL_S", "RedisMaskFractionGuard"]
 

@@ -1,38 +1,57 @@
-"""Capture stores behind the TokenSource protocol, one module per kind.
+"""Capture stores behind one typed interface (`base`), one package or module per kind.
 
-memory   in-process, for tests and embedding
-file     a local directory (the embedded default; NeMo Gym compatible on disk)
-http     a remote capture store speaking protocol v1, through httpx
-redis    Redis, Valkey or Redis Cluster, shared by writers and finalizer replicas
+    memory   in-process, for tests and embedding
+    file     a local directory (the embedded default; NeMo Gym compatible on disk)
+    redis    Redis, Valkey or Redis Cluster, shared by writers and finalizer replicas
+    http     a remote store server speaking protocol v1 (the finalizer's side only)
+
+`open_source` opens any kind as the finalizer's CaptureSource; `open_store`
+opens a local kind as a whole CaptureStore (what the store server and the
+store CLI work on). See docs/store-protocol.md#the-store-interface.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from token_finalizer.core.protocols import TokenSource
-from token_finalizer.sources.file import FileTokenStore, SweptCapture
+from token_finalizer.sources.base import CaptureSource, CaptureStore
+from token_finalizer.sources.file import FileTokenStore
 from token_finalizer.sources.memory import MemoryTokenStore
 
-__all__ = ["SOURCE_KINDS", "FileTokenStore", "MemoryTokenStore", "SweptCapture", "open_source"]
+__all__ = [
+    "LOCAL_KINDS",
+    "SOURCE_KINDS",
+    "FileTokenStore",
+    "MemoryTokenStore",
+    "open_source",
+    "open_store",
+]
 
-SOURCE_KINDS = ("memory", "file", "http", "redis")
+LOCAL_KINDS = ("memory", "file", "redis")
+SOURCE_KINDS = (*LOCAL_KINDS, "http")
 
 
-def open_source(kind: str, **options: Any) -> TokenSource:
-    """Create the source of one configured kind; options are the kind's config keys."""
+def open_store(kind: str, **options: Any) -> CaptureStore:
+    """Create the local store of one kind; options are the kind's config keys."""
     if kind == "memory":
         return MemoryTokenStore()
     if kind == "file":
         return FileTokenStore(options["dir"])
+    if kind == "redis":
+        # Imported lazily: only a configured redis store loads redis-py.
+        from token_finalizer.sources.redis import RedisTokenStore
+
+        return RedisTokenStore(**options)
+    raise ValueError(f"unknown store kind {kind!r}; expected one of {', '.join(LOCAL_KINDS)}")
+
+
+def open_source(kind: str, **options: Any) -> CaptureSource:
+    """Create the finalizer's source of one configured kind; options are its config keys."""
     if kind == "http":
         # Imported lazily so the core and the local stores never load httpx.
         from token_finalizer.sources.http import HttpTokenSource
 
         return HttpTokenSource(**options)
-    if kind == "redis":
-        # Imported lazily, like httpx: only a configured redis source loads redis-py.
-        from token_finalizer.sources.redis import RedisTokenStore
-
-        return RedisTokenStore(**options)
+    if kind in LOCAL_KINDS:
+        return open_store(kind, **options)
     raise ValueError(f"unknown source kind {kind!r}; expected one of {', '.join(SOURCE_KINDS)}")

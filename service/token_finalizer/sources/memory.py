@@ -1,8 +1,13 @@
-"""An in-process capture store, for tests and for embedding in one process."""
+"""An in-process capture store, for tests and for embedding in one process.
+
+The file store's semantics over dicts, both sides and the admin. A plain lock
+guards it: every method is short and never awaits while holding it.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,10 +15,20 @@ from typing import Any
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict
 from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.sources._entries import entry_payload, same_payload
+from token_finalizer.sources._lineage import resolve_committed
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
+from token_finalizer.sources.base import (
+    CaptureReport,
+    FrozenLines,
+    LineageQuery,
+    SweepReport,
+    SweepRules,
+    SweptCapture,
+)
 
-__all__ = ["MemoryTokenStore"]
+__all__ = ["MemoryStoreAdmin", "MemoryTokenStore"]
 
 
 @dataclass(slots=True)
@@ -23,20 +38,37 @@ class _Rollout:
     lines: dict[str, bytes] = field(default_factory=dict)
     intents: set[str] = field(default_factory=set)
     failed_calls: list[str] = field(default_factory=list)
+    updated_at: float = field(default_factory=time.time)
+
+    def missing_calls(self) -> set[str]:
+        return self.intents - self.entries.keys()
+
+    def holds_nothing(self) -> bool:
+        return not (self.state.incomplete or self.entries or self.intents or self.failed_calls)
 
 
 class MemoryTokenStore:
-    """TokenSource and TokenSink over a dict, with the file store's semantics."""
+    """CaptureStore over dicts, with the file store's semantics."""
+
+    kind = "memory"
 
     def __init__(self) -> None:
         self._rollouts: dict[str, _Rollout] = {}
-        # A plain lock: every method is short and never awaits while holding it.
         self._lock = threading.Lock()
+        self._admin = MemoryStoreAdmin(self)
+
+    @property
+    def admin(self) -> MemoryStoreAdmin:
+        """Inspect, delete and sweep this store."""
+        return self._admin
 
     def _rollout(self, rollout_id: str) -> _Rollout:
-        return self._rollouts.setdefault(check_store_id(rollout_id), _Rollout())
+        rollout = self._rollouts.setdefault(check_store_id(rollout_id), _Rollout())
+        rollout.updated_at = time.time()
+        return rollout
 
     async def put(self, entry: TokenEntry | Mapping[str, Any]) -> None:
+        """Store one call; the same payload again is a no-op, a different one CaptureConflict."""
         parsed, line = entry_payload(entry)
         digest = line_digest(line)
         with self._lock:
@@ -64,6 +96,7 @@ class MemoryTokenStore:
             rollout.state.record_put(parsed.model_call_id, digest)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+        """Record that a call of this rollout failed to capture (allowed after freeze)."""
         if model_call_id:
             check_store_id(model_call_id, what="model_call_id")
         with self._lock:
@@ -73,6 +106,7 @@ class MemoryTokenStore:
                 rollout.failed_calls.append(model_call_id)
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        """Announce a call; a snapshot missing its entry is incomplete."""
         check_store_id(model_call_id, what="model_call_id")
         with self._lock:
             rollout = self._rollout(rollout_id)
@@ -80,20 +114,33 @@ class MemoryTokenStore:
             rollout.intents.add(model_call_id)
 
     async def freeze(self, rollout_id: str) -> Snapshot:
+        """Freeze (idempotent) and return the rollout's immutable snapshot."""
         with self._lock:
             rollout = self._rollout(rollout_id)
             rollout.state.freeze(rollout_id)
-            state = rollout.state
-            missing = rollout.intents - rollout.entries.keys()
             return Snapshot(
                 rollout_id=rollout_id,
                 entries=tuple(rollout.entries.values()),
-                incomplete=state.incomplete or bool(missing),
-                snapshot_id=str(state.snapshot_id),
-                version=state.version,
+                incomplete=rollout.state.incomplete or bool(rollout.missing_calls()),
+                snapshot_id=str(rollout.state.snapshot_id),
+                version=rollout.state.version,
+            )
+
+    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
+        """`freeze`, answering the stored entry lines (as written by `put`)."""
+        with self._lock:
+            rollout = self._rollout(rollout_id)
+            rollout.state.freeze(rollout_id)
+            return FrozenLines(
+                rollout_id=rollout_id,
+                lines=tuple(rollout.lines.values()),
+                incomplete=rollout.state.incomplete or bool(rollout.missing_calls()),
+                snapshot_id=str(rollout.state.snapshot_id),
+                version=rollout.state.version,
             )
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        """Retire exactly that snapshot, keeping the state as a tombstone."""
         check_store_id(rollout_id)
         with self._lock:
             rollout = self._rollouts.get(rollout_id)
@@ -101,7 +148,9 @@ class MemoryTokenStore:
                 return False
             if not rollout.state.retired:
                 rollout.state.retired = True
+                rollout.updated_at = time.time()
                 rollout.entries.clear()
+                rollout.lines.clear()
                 rollout.intents.clear()
                 rollout.failed_calls.clear()
             return True
@@ -118,14 +167,75 @@ class MemoryTokenStore:
                 return ()
             return tuple(rollout.entries.values())
 
-    def status(self, rollout_id: str) -> dict[str, Any] | None:
-        """The stored state of one rollout, or None when nothing is stored."""
-        with self._lock:
-            rollout = self._rollouts.get(check_store_id(rollout_id))
-            return None if rollout is None else rollout.state.to_dict()
+    async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
+        """Which stored call of the rollout a request continues (read-only)."""
+        check_store_id(rollout_id)
+        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
 
     async def ping(self) -> None:
         """Always reachable."""
 
     async def close(self) -> None:
         """Nothing to release."""
+
+
+class MemoryStoreAdmin:
+    """StoreAdmin over a MemoryTokenStore."""
+
+    def __init__(self, store: MemoryTokenStore) -> None:
+        self._store = store
+
+    async def status(self, rollout_id: str) -> CaptureState | None:
+        """The stored state of one rollout, or None when nothing is stored."""
+        with self._store._lock:
+            rollout = self._store._rollouts.get(check_store_id(rollout_id))
+            return None if rollout is None else CaptureState.from_dict(rollout.state.to_dict())
+
+    async def inspect(self, rollout_id: str) -> CaptureReport | None:
+        """One capture's report, or None when nothing is stored."""
+        with self._store._lock:
+            rollout = self._store._rollouts.get(check_store_id(rollout_id))
+            if rollout is None:
+                return None
+            state = rollout.state
+            return CaptureReport(
+                rollout_id=rollout_id,
+                store="memory",
+                frozen=state.frozen,
+                retired=state.retired,
+                snapshot_id=state.snapshot_id,
+                version=state.version,
+                entries=len(state.entry_digests),
+                marked_incomplete=state.incomplete,
+                incomplete_call_ids=tuple(sorted(set(rollout.failed_calls))),
+                missing_call_ids=tuple(sorted(rollout.missing_calls())),
+                announced_calls=len(rollout.intents),
+            )
+
+    async def delete(self, rollout_id: str) -> tuple[str, ...]:
+        """Forget one rollout entirely; its id when something was stored."""
+        with self._store._lock:
+            removed = self._store._rollouts.pop(check_store_id(rollout_id), None)
+        return () if removed is None else (rollout_id,)
+
+    async def sweep(
+        self, rules: SweepRules, *, dry_run: bool = False, now: float | None = None
+    ) -> SweepReport:
+        """Forget what `rules` select, by the age of each rollout's last change."""
+        clock = time.time() if now is None else now
+        swept = []
+        with self._store._lock:
+            for rollout_id, rollout in sorted(self._store._rollouts.items()):
+                age = clock - rollout.updated_at
+                reason = rules.reason(rollout.state, age, holds_nothing=rollout.holds_nothing())
+                if reason is not None:
+                    swept.append(SweptCapture(rollout_id, reason, age))
+            if not dry_run:
+                for capture in swept:
+                    del self._store._rollouts[capture.rollout_id]
+        return SweepReport(captures=tuple(swept))
+
+    async def rollout_ids(self) -> list[str]:
+        """Every rollout the store holds, sorted."""
+        with self._store._lock:
+            return sorted(self._store._rollouts)

@@ -5,15 +5,14 @@ Every refusal is an HttpError 422 naming what is wrong.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.lineage_resolution import ResolutionRequestError, resolve_lineage
+from token_finalizer.sources.base import LineageQuery
 from token_finalizer.web.errors import HttpError
 
 __all__ = [
-    "ResolveRequest",
     "call_entry",
     "drop_target",
     "optional_call_id",
@@ -60,16 +59,7 @@ def drop_target(body: dict[str, Any]) -> tuple[str, int]:
     return snapshot_id, version
 
 
-@dataclass(frozen=True, slots=True)
-class ResolveRequest:
-    """A lineage/resolve body, checked: the request's wire form (docs/store-protocol.md)."""
-
-    fingerprint_version: int
-    fingerprint: str
-    context_digests: list[str]
-
-
-def resolve_request(body: dict[str, Any]) -> ResolveRequest:
+def resolve_request(body: dict[str, Any]) -> LineageQuery:
     """The checked resolve request; 422 naming the first problem (unknown keys are ignored)."""
     missing = [
         key for key in ("fingerprint_version", "fingerprint", "context_digests") if key not in body
@@ -79,11 +69,10 @@ def resolve_request(body: dict[str, Any]) -> ResolveRequest:
     digests = body["context_digests"]
     if not isinstance(digests, list):
         raise HttpError(422, f"context_digests must be a list, got {type(digests).__name__}")
-    request = ResolveRequest(body["fingerprint_version"], body["fingerprint"], digests)
     try:
         # Resolving over no entries checks the request by the resolver's own rules
         # (version, hex digests) before any entry is read.
-        resolve_lineage((), request.fingerprint, request.fingerprint_version, digests)
+        resolve_lineage((), body["fingerprint"], body["fingerprint_version"], digests)
     except ResolutionRequestError as exc:
         raise HttpError(422, str(exc)) from None
-    return request
+    return LineageQuery(body["fingerprint_version"], body["fingerprint"], tuple(digests))

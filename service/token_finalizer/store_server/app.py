@@ -6,7 +6,6 @@ Store exceptions map to statuses in one place (`_STATUS_OF`); every refusal is
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import unquote
 
 from fastapi import FastAPI, Request
@@ -25,6 +24,7 @@ from token_finalizer.core.errors import (
 )
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.store_protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
+from token_finalizer.sources.base import CaptureStore
 from token_finalizer.store_server._answers import freeze_answer, resolve_answer
 from token_finalizer.store_server._requests import (
     call_entry,
@@ -77,12 +77,12 @@ def _bad_id_not_found(request: Request) -> Response | None:
 
 
 def create_store_app(
-    store: Any, *, token: str | None = None, max_body_bytes: int = STORE_MAX_BODY_BYTES
+    store: CaptureStore, *, token: str | None = None, max_body_bytes: int = STORE_MAX_BODY_BYTES
 ) -> FastAPI:
     """Serve protocol v1 over `store`, a local memory, file or redis store.
 
-    The routes call its put, mark_incomplete, begin_call, freeze, drop, and
-    committed_entries (lineage/resolve, read-only). With `token`, every path
+    The routes call its put, mark_incomplete, begin_call, freeze_lines, drop
+    and resolve_lineage (read-only). With `token`, every path
     but /health needs `Authorization: Bearer <token>`. Request bodies over
     `max_body_bytes` are refused with 413. The caller owns `store` and closes it.
     """

@@ -16,6 +16,7 @@ import zstandard
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
 from tests.support.asgi import in_process
 from tests.support.captures import agent_rollout, make_entry, record_for
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.api import create_app
 
@@ -55,8 +56,8 @@ def test_finalize_does_not_retire(
     """After finalize the capture is frozen but not retired."""
     write_capture("r-1")
     client.post("/finalize", json=record_for("r-1"))
-    status = file_store.status("r-1")
-    assert (status["frozen"], status["retired"]) == (True, False)
+    status = stored_state(file_store, "r-1")
+    assert (status.frozen, status.retired) == (True, False)
 
 
 def test_missing_capture_is_a_masked_200(client: httpx.Client) -> None:
@@ -125,7 +126,10 @@ def test_source_query_selects_the_named_source(
     settings = make_settings(sources={"other": {"kind": "file", "dir": str(other_dir)}})
     with in_process(create_app(settings)) as client:
         answer = client.post("/finalize?source=other", json=record_for("r-9")).json()
-    assert (answer["source"], FileTokenStore(other_dir).status("r-9")["frozen"]) == ("other", True)
+    assert (answer["source"], stored_state(FileTokenStore(other_dir), "r-9").frozen) == (
+        "other",
+        True,
+    )
 
 
 def test_unknown_source_is_404_naming_the_configured_ones(client: httpx.Client) -> None:

@@ -10,6 +10,7 @@ import pytest
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
 from tests.support.asgi import in_process
 from tests.support.captures import record_for
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 
@@ -70,7 +71,7 @@ def test_refused_later_call_freezes_nothing(
         _finalize(guarded, f"m-{i}", "run-a")
     write_capture("good")
     _finalize(guarded, "good", "run-a")
-    assert file_store.status("good")["frozen"] is False
+    assert stored_state(file_store, "good").frozen is False
 
 
 def test_crossing_call_keeps_its_evidence(
@@ -79,8 +80,8 @@ def test_crossing_call_keeps_its_evidence(
     """The crossing call's build happened (frozen) but nothing was retired."""
     for i in range(4):
         _finalize(guarded, f"m-{i}", "run-a")
-    status = file_store.status("m-3")
-    assert (status["frozen"], status["retired"]) == (True, False)
+    status = stored_state(file_store, "m-3")
+    assert (status.frozen, status.retired) == (True, False)
 
 
 def test_other_runs_are_not_affected(guarded: httpx.Client) -> None:

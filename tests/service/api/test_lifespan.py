@@ -10,6 +10,7 @@ import pytest
 from tests.service.api.conftest import SettingsFactory
 from tests.support.asgi import in_process
 from tests.support.captures import record_for
+from tests.support.stores import stored_state
 from token_finalizer import MemoryTokenStore
 from token_finalizer.api import create_app
 
@@ -56,7 +57,7 @@ def test_provided_source_is_used_and_left_open(make_settings: SettingsFactory) -
     app = create_app(make_settings(), sources={"embedded": provided})
     with in_process(app) as client:
         client.post("/finalize?source=embedded", json=record_for("r-1"))
-    assert (provided.status("r-1")["frozen"], provided.closed) == (True, 0)
+    assert (stored_state(provided, "r-1").frozen, provided.closed) == (True, 0)
 
 
 def test_shutdown_marks_the_app_draining(make_settings: SettingsFactory) -> None:

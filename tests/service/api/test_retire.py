@@ -12,6 +12,7 @@ import pytest
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
 from tests.support.asgi import in_process
 from tests.support.captures import agent_rollout, record_for
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.service.tickets import TicketSigner
@@ -29,7 +30,7 @@ def test_posting_the_finalize_answer_back_retires_the_snapshot(
     """finalize -> retire with the whole answer: retired, and the store keeps a tombstone."""
     write_capture("r-1")
     retired = client.post("/retire", json=_finalize(client, "r-1")).json()
-    assert (retired, file_store.status("r-1")["retired"]) == ({"retired": True}, True)
+    assert (retired, stored_state(file_store, "r-1").retired) == ({"retired": True}, True)
 
 
 def test_retire_drops_the_captured_tokens(
@@ -62,7 +63,7 @@ def test_masked_build_is_not_retired(client: httpx.Client, file_store: FileToken
     """A masked answer posted back is 422 (not retirable) and its frozen evidence stays."""
     answer = _finalize(client, "empty")
     response = client.post("/retire", json=answer)
-    assert (response.status_code, file_store.status("empty")["retired"]) == (422, False)
+    assert (response.status_code, stored_state(file_store, "empty").retired) == (422, False)
     assert response.json()["error"].startswith("this finalize answer is not retirable")
 
 
@@ -84,7 +85,7 @@ def test_stale_snapshot_is_not_retired(
     anyio.run(file_store.mark_incomplete, "r-1", "late")
     response = client.post("/retire", json=answer)
     assert (response.status_code, response.json()["retired"]) == (409, False)
-    assert file_store.status("r-1")["retired"] is False
+    assert stored_state(file_store, "r-1").retired is False
 
 
 def test_retire_uses_the_named_source(make_settings: SettingsFactory, tmp_path: Path) -> None:
@@ -101,7 +102,7 @@ def test_retire_uses_the_named_source(make_settings: SettingsFactory, tmp_path: 
     with in_process(create_app(settings)) as client:
         answer = client.post("/finalize?source=other", json=record_for("r-7")).json()
         client.post("/retire", json=answer)
-    assert other.status("r-7")["retired"] is True
+    assert stored_state(other, "r-7").retired is True
 
 
 _TICKET = {

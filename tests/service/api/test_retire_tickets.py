@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
 from tests.support.asgi import in_process
 from tests.support.captures import make_entry, record_for
+from tests.support.stores import stored_state
 from token_finalizer import CaptureFrozen, FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.service.tickets import TicketSigner
@@ -56,9 +57,9 @@ def _write_two_roots(store: FileTokenStore, rollout_id: str) -> None:
 
 def _kept(store: FileTokenStore, rollout_id: str) -> bool:
     """Whether the rollout's capture is still in the store (not retired, data files present)."""
-    status = store.status(rollout_id)
+    status = stored_state(store, rollout_id)
     jsonl = store.directory / f"{rollout_id}.tokens.jsonl"
-    return status is not None and status["retired"] is False and jsonl.exists()
+    return status is not None and status.retired is False and jsonl.exists()
 
 
 # -- genuine tickets ---------------------------------------------------------------------
@@ -71,7 +72,7 @@ def test_valid_ticket_retires(
     write_capture("r-1")
     response = keyed.post("/retire", json=_finalize(keyed, "r-1")["retire"])
     assert (response.status_code, response.json()) == (200, {"retired": True})
-    assert file_store.status("r-1")["retired"] is True
+    assert stored_state(file_store, "r-1").retired is True
 
 
 def test_valid_ticket_retires_again(keyed: httpx.Client, write_capture: CaptureWriter) -> None:
@@ -238,7 +239,7 @@ def test_replicas_sharing_a_key_accept_each_others_tickets(
         ticket = _finalize(a, "r-1")["retire"]
         response = b.post("/retire", json=ticket)
     assert (response.status_code, response.json()) == (200, {"retired": True})
-    assert file_store.status("r-1")["retired"] is True
+    assert stored_state(file_store, "r-1").retired is True
 
 
 def test_replicas_with_different_keys_refuse_each_others_tickets(

@@ -1,13 +1,11 @@
 """Stores under test: the same semantic tests run against every local store kind.
 
-`store` is a memory, a file and a redis store in turn; `admin_store` the two
-that also offer status, rollout_ids, delete and sweep (the file store's are
-plain methods, the redis store's coroutines: `call` awaits either).
+`store` and `admin_store` are a memory, a file and a redis store in turn
+(every store has an admin: status, inspect, rollout_ids, delete, sweep).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +18,6 @@ from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.sources.redis import RedisTokenStore
 
 STORE_KINDS = ("memory", "file", "redis")
-ADMIN_KINDS = ("file", "redis")
-
-
-async def call(result: Any) -> Any:
-    """The value of a store method's result, awaited when it is a coroutine."""
-    return await result if inspect.isawaitable(result) else result
 
 
 @pytest.fixture(scope="session")
@@ -61,9 +53,9 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     await opened.close()
 
 
-@pytest.fixture(params=ADMIN_KINDS)
+@pytest.fixture(params=STORE_KINDS)
 async def admin_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    """An empty file, then redis store (the kinds with status, sweep and delete)."""
+    """An empty memory, file, then redis store, for the admin tests."""
     opened = open_store(request, request.param, tmp_path / "capture")
     yield opened
     await opened.close()

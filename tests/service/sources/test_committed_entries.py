@@ -12,7 +12,6 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.service.sources.conftest import call
 from tests.support.captures import make_entry
 from token_finalizer import CaptureCorrupt, FileTokenStore, InvalidRolloutId
 
@@ -50,15 +49,15 @@ async def test_reading_does_not_freeze(store: Any) -> None:
 async def test_reading_does_not_move_the_version(store: Any) -> None:
     """A read leaves the stored state exactly as it was."""
     await store.put(make_entry("r1", "c1", [1], [2]))
-    before = await call(store.status("r1"))
+    before = await store.admin.status("r1")
     await store.committed_entries("r1")
-    assert await call(store.status("r1")) == before
+    assert await store.admin.status("r1") == before
 
 
 async def test_unknown_rollout_has_none_and_stays_unknown(store: Any) -> None:
     """A rollout nobody wrote to reads as empty, and reading it creates nothing."""
     assert await store.committed_entries("never") == ()
-    assert await call(store.status("never")) is None
+    assert await store.admin.status("never") is None
 
 
 async def test_frozen_rollout_is_still_listed(store: Any) -> None:

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from tests.support.captures import make_entry, record_for
+from tests.support.stores import stored_state, swept_captures
 from token_finalizer import (
     CaptureConflict,
     CaptureCorrupt,
@@ -219,10 +220,15 @@ async def test_sweep_removes_old_tombstones_only(
     snapshot = await file_store.freeze("retired")
     await file_store.drop("retired", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
     await file_store.freeze("frozen")
-    swept = file_store.sweep(retired_older_than=60, now=os.path.getmtime(capture_dir) + 3600)
+    swept = await swept_captures(
+        file_store, retired_older_than=60, now=os.path.getmtime(capture_dir) + 3600
+    )
     assert [(s.rollout_id, s.reason) for s in swept] == [("retired", "retired")]
-    assert file_store.status("retired") is None
-    assert file_store.status("frozen") is not None and file_store.status("open") is not None
+    assert stored_state(file_store, "retired") is None
+    assert (
+        stored_state(file_store, "frozen") is not None
+        and stored_state(file_store, "open") is not None
+    )
 
 
 async def test_sweep_abandoned_only_when_asked(file_store: FileTokenStore) -> None:
@@ -231,26 +237,28 @@ async def test_sweep_abandoned_only_when_asked(file_store: FileTokenStore) -> No
     await file_store.put(make_entry("frozen", "c1", [1], [2]))
     await file_store.freeze("frozen")
     later = os.path.getmtime(file_store.directory) + 3600
-    assert file_store.sweep(retired_older_than=60, now=later) == []
-    swept = file_store.sweep(retired_older_than=60, abandoned_older_than=60, now=later)
+    assert await swept_captures(file_store, retired_older_than=60, now=later) == []
+    swept = await swept_captures(
+        file_store, retired_older_than=60, abandoned_older_than=60, now=later
+    )
     assert [(s.rollout_id, s.reason) for s in swept] == [("open", "abandoned")]
-    assert file_store.status("frozen") is not None
+    assert stored_state(file_store, "frozen") is not None
 
 
 async def test_sweep_dry_run_removes_nothing(file_store: FileTokenStore) -> None:
     """A dry run reports what it would remove and leaves it."""
     await file_store.put(make_entry("open", "c1", [1], [2]))
     later = os.path.getmtime(file_store.directory) + 3600
-    swept = file_store.sweep(
-        retired_older_than=60, abandoned_older_than=60, now=later, dry_run=True
+    swept = await swept_captures(
+        file_store, retired_older_than=60, abandoned_older_than=60, now=later, dry_run=True
     )
     assert [s.rollout_id for s in swept] == ["open"]
-    assert file_store.status("open") is not None
+    assert stored_state(file_store, "open") is not None
 
 
 async def test_delete_removes_every_file(file_store: FileTokenStore, capture_dir: Path) -> None:
     """The admin delete leaves nothing of the rollout behind."""
     await file_store.put(make_entry("r1", "c1", [1], [2]))
     await file_store.mark_incomplete("r1", "c2")
-    file_store.delete("r1")
+    await file_store.admin.delete("r1")
     assert list(capture_dir.iterdir()) == []

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.captures import agent_rollout, assert_prefix_contiguous, make_entry
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.core.delivery import finalize_rollout_token_capture
 
@@ -70,7 +71,7 @@ async def test_same_payload_from_another_serializer_is_idempotent(capture_dir: P
     store = FileTokenStore(capture_dir)
     await store.put(entry)
     assert (capture_dir / "r1.tokens.jsonl").read_bytes().count(b"\n") == 1
-    assert store.status("r1")["incomplete"] is False
+    assert stored_state(store, "r1").incomplete is False
 
 
 async def test_our_directory_reads_as_the_shared_format(

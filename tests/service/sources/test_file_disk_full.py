@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.asgi import in_process
 from tests.support.captures import make_entry, record_for
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.core.delivery import finalize_rollout_token_capture
 from token_finalizer.core.errors import StoreFull
@@ -151,7 +152,7 @@ def test_freeze_on_a_full_disk_answers_507_and_freezes_nothing(
     assert refused.status_code == 507
     assert "r-full.tokens.state.json" in refused.json()["error"]
     assert later.status_code == 200
-    assert store.status("r-full")["frozen"] is False
+    assert stored_state(store, "r-full").frozen is False
 
 
 async def test_finalize_masks_with_store_full_when_the_freeze_hits_it(
@@ -164,7 +165,7 @@ async def test_finalize_masks_with_store_full_when_the_freeze_hits_it(
     assert build is not None and build["mask_sample"] is True
     assert build["mask_reason"] == "freeze_failed"
     assert build["error"].startswith("StoreFull: the capture store is out of space")
-    assert file_store.status("r1")["frozen"] is False
+    assert stored_state(file_store, "r1").frozen is False
 
 
 async def test_mark_incomplete_on_a_full_disk_is_not_lost(
@@ -191,4 +192,4 @@ async def test_remote_finalize_masks_with_the_store_servers_507(
         await source.close()
     assert build is not None and build["mask_sample"] is True
     assert "HTTP 507" in build["error"] and "out of space" in build["error"]
-    assert file_store.status("r1")["frozen"] is False
+    assert stored_state(file_store, "r1").frozen is False

@@ -18,8 +18,10 @@ import pytest
 
 from tests.support.asgi import in_process
 from tests.support.captures import make_entry, record_for
+from tests.support.stores import stored_state, sweep, swept_captures
 from token_finalizer import CaptureCorrupt, CaptureRetired, FileTokenStore
 from token_finalizer.core.delivery import finalize_rollout_token_capture
+from token_finalizer.sources.file._capture import CaptureFiles
 from token_finalizer.store_server import create_store_app
 
 pytestmark = pytest.mark.anyio
@@ -208,7 +210,7 @@ async def test_sweep_skips_stray_names_and_sweeps_the_rest(
     _age(capture_dir, "*", 10 * HOUR)
     before = _snapshot(outside)
 
-    report = file_store.sweep_report(retired_older_than=HOUR)
+    report = await sweep(file_store, retired_older_than=HOUR)
 
     assert [(c.rollout_id, c.reason) for c in report.captures] == [
         ("a-retired", "retired"),
@@ -220,18 +222,18 @@ async def test_sweep_skips_stray_names_and_sweeps_the_rest(
     assert "planted.tokens.jsonl is a symbolic link" in skipped["planted"]
     assert stray.read_bytes() == b"hand-written notes\n"
     assert _snapshot(outside) == before
-    assert file_store.rollout_ids() == ["planted"]  # stray names are no rollouts
+    assert await file_store.admin.rollout_ids() == ["planted"]  # stray names are no rollouts
 
 
-async def test_plain_sweep_logs_what_it_skipped(
-    file_store: FileTokenStore, capture_dir: Path, caplog: pytest.LogCaptureFixture
+async def test_sweep_reports_a_stray_state_name_and_sweeps_the_rest(
+    file_store: FileTokenStore, capture_dir: Path
 ) -> None:
-    """`sweep()` (the list API) does not raise on a stray name: it warns and sweeps the rest."""
+    """A stray name does not stop a sweep: it is reported as skipped, the rest is swept."""
     await _retire(file_store, "r1")
     (capture_dir / "notes about run 7.tokens.state.json").write_bytes(b"{}")
-    swept = file_store.sweep(retired_older_than=0, now=time.time() + HOUR)
-    assert [s.rollout_id for s in swept] == ["r1"]
-    assert "notes about run 7.tokens.state.json" in caplog.text
+    report = await sweep(file_store, retired_older_than=0, now=time.time() + HOUR)
+    assert [s.rollout_id for s in report.captures] == ["r1"]
+    assert [s.name for s in report.skipped] == ["notes about run 7.tokens.state.json"]
 
 
 # -- item 11: temp files of killed state writes ------------------------------------------
@@ -253,13 +255,13 @@ async def test_sweep_removes_stale_temp_files_only(
     stale = _temp(capture_dir, "r1", 120)
     lonely = _temp(capture_dir, "gone", 3 * HOUR)
     fresh = _temp(capture_dir, "r1", 1)
-    dry = file_store.sweep_report(retired_older_than=HOUR, dry_run=True)
-    assert sorted(f.name for f in dry.files) == sorted([stale.name, lonely.name])
+    dry = await sweep(file_store, retired_older_than=HOUR, dry_run=True)
+    assert sorted(f.name for f in dry.leftovers) == sorted([stale.name, lonely.name])
     assert stale.exists() and lonely.exists()
 
-    report = file_store.sweep_report(retired_older_than=HOUR)
+    report = await sweep(file_store, retired_older_than=HOUR)
 
-    assert {(f.name, f.reason) for f in report.files} == {
+    assert {(f.name, f.reason) for f in report.leftovers} == {
         (stale.name, "temp"),
         (lonely.name, "temp"),
     }
@@ -293,8 +295,8 @@ async def test_killed_state_write_leaves_a_temp_file_that_sweep_removes(
     temps = list(capture_dir.glob(".*.tmp"))
     assert len(temps) == 1
     _age(capture_dir, ".*.tmp", 120)
-    report = file_store.sweep_report(retired_older_than=HOUR)
-    assert [f.name for f in report.files] == [temps[0].name]
+    report = await sweep(file_store, retired_older_than=HOUR)
+    assert [f.name for f in report.leftovers] == [temps[0].name]
     assert not list(capture_dir.glob(".*.tmp"))
 
 
@@ -313,15 +315,15 @@ async def test_crash_between_tombstone_and_deletes_is_recovered(
     class Crash(BaseException):
         pass
 
-    def crash(paths: object) -> list[str]:
+    def crash(files: object) -> list[str]:
         raise Crash
 
     with monkeypatch.context() as patch:
-        patch.setattr(FileTokenStore, "_remove_data_files", staticmethod(crash))
+        patch.setattr(CaptureFiles, "remove_data_files", crash)
         with pytest.raises(Crash):
             await file_store.drop("r1", **ref)
 
-    assert file_store.status("r1")["retired"] is True
+    assert stored_state(file_store, "r1").retired is True
     assert (capture_dir / "r1.tokens.jsonl").exists()  # an orphan, behind its tombstone
     with pytest.raises(CaptureRetired):
         await file_store.put(make_entry("r1", "c2", [1, 2, 3], [4]))
@@ -344,18 +346,18 @@ async def test_sweep_removes_orphans_of_a_fresh_tombstone(
     class Crash(BaseException):
         pass
 
-    def crash(paths: object) -> list[str]:
+    def crash(files: object) -> list[str]:
         raise Crash
 
     with monkeypatch.context() as patch:
-        patch.setattr(FileTokenStore, "_remove_data_files", staticmethod(crash))
+        patch.setattr(CaptureFiles, "remove_data_files", crash)
         with pytest.raises(Crash):
             await file_store.drop("r1", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
 
-    report = file_store.sweep_report(retired_older_than=HOUR)
-    assert [(f.name, f.reason) for f in report.files] == [("r1.tokens.jsonl", "orphan")]
+    report = await sweep(file_store, retired_older_than=HOUR)
+    assert [(f.name, f.reason) for f in report.leftovers] == [("r1.tokens.jsonl", "orphan")]
     assert report.captures == ()
-    assert file_store.status("r1")["retired"] is True
+    assert stored_state(file_store, "r1").retired is True
     assert not (capture_dir / "r1.tokens.jsonl").exists()
 
 
@@ -380,19 +382,26 @@ async def test_sweep_removes_frozen_empty_captures_only_when_asked(
         await file_store.freeze(rollout_id)
     later = time.time() + 10 * HOUR
 
-    assert file_store.sweep(retired_older_than=HOUR, abandoned_older_than=HOUR, now=later) == []
-    swept = file_store.sweep(retired_older_than=HOUR, empty_older_than=HOUR, now=later)
+    assert (
+        await swept_captures(
+            file_store, retired_older_than=HOUR, abandoned_older_than=HOUR, now=later
+        )
+        == []
+    )
+    swept = await swept_captures(
+        file_store, retired_older_than=HOUR, empty_older_than=HOUR, now=later
+    )
 
     assert [(s.rollout_id, s.reason) for s in swept] == [("ghost", "empty")]
-    assert file_store.rollout_ids() == ["announced", "failed", "full", "marked"]
+    assert await file_store.admin.rollout_ids() == ["announced", "failed", "full", "marked"]
     assert not list(capture_dir.glob("ghost.*"))
 
 
 async def test_fresh_frozen_empty_capture_stays(file_store: FileTokenStore) -> None:
     """An empty capture younger than the threshold is kept."""
     await file_store.freeze("ghost")
-    assert file_store.sweep(retired_older_than=HOUR, empty_older_than=HOUR) == []
-    assert file_store.rollout_ids() == ["ghost"]
+    assert await swept_captures(file_store, retired_older_than=HOUR, empty_older_than=HOUR) == []
+    assert await file_store.admin.rollout_ids() == ["ghost"]
 
 
 # -- inspect and delete (the store's side) -----------------------------------------------
@@ -408,8 +417,9 @@ async def test_inspect_reports_what_an_operator_needs(
     await file_store.mark_incomplete("r1", "c3")
     snapshot = await file_store.freeze("r1")
     before = {p.name: p.read_bytes() for p in capture_dir.iterdir()}
-    report = file_store.inspect("r1")
-    assert report is not None
+    inspected = await file_store.admin.inspect("r1")
+    assert inspected is not None
+    report = inspected.to_dict()
     assert {k: report[k] for k in ("state", "entries", "snapshot_id", "version", "retired")} == {
         "state": "frozen",
         "entries": 1,
@@ -424,7 +434,7 @@ async def test_inspect_reports_what_an_operator_needs(
     )
     assert len(report["incomplete_reasons"]) == 3
     assert {p.name: p.read_bytes() for p in capture_dir.iterdir()} == before
-    assert file_store.inspect("ghost") is None
+    assert await file_store.admin.inspect("ghost") is None
 
 
 async def test_delete_removes_planted_links_not_their_targets(
@@ -436,7 +446,7 @@ async def test_delete_removes_planted_links_not_their_targets(
     (capture_dir / "r1.tokens.lock").unlink()
     (capture_dir / "r1.tokens.lock").symlink_to(outside)
     before = _snapshot(outside)
-    removed = file_store.delete("r1")
+    removed = await file_store.admin.delete("r1")
     assert "r1.tokens.intents" in removed and "r1.tokens.jsonl" in removed
     assert list(capture_dir.iterdir()) == []
     assert _snapshot(outside) == before

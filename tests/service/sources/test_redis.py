@@ -25,22 +25,18 @@ from token_finalizer import (
     TokenEntryError,
     open_source,
 )
+from token_finalizer._constants import DEFAULT_RETIRED_TTL_S
 from token_finalizer.core.codec import dumps_entry_line
 from token_finalizer.core.delivery import (
     finalize_rollout_token_capture,
     retire_rollout_token_capture,
 )
+from token_finalizer.core.redaction import redacted_url
+from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.settings import ConfigError, settings_from_mapping
-from token_finalizer.sources.redis import (
-    DEFAULT_RETIRED_TTL_S,
-    KEY_PARTS,
-    RedisTokenStore,
-    check_key_prefix,
-    check_redis_url,
-    redacted_url,
-)
+from token_finalizer.sources.redis import KEY_PARTS, RedisTokenStore
 
 pytestmark = pytest.mark.anyio
 
@@ -117,7 +113,7 @@ async def test_key_prefixes_keep_stores_apart(redis_url: str, redis_prefix: str)
     try:
         await one.put(make_entry("r1", "c1", [1], [2]))
         assert (await two.freeze("r1")).entries == ()
-        assert await one.rollout_ids() == ["r1"]
+        assert await one.admin.rollout_ids() == ["r1"]
     finally:
         await one.close()
         await two.close()
@@ -194,7 +190,7 @@ async def test_abandoned_capture_disappears_whole(redis_url: str, redis_prefix: 
     await store.begin_call("r1", "c2")
     await store.put(make_entry("r1", "c1", [1], [2]))
     await asyncio.sleep(0.4)
-    assert await store.status("r1") is None
+    assert await store.admin.status("r1") is None
     snapshot = await store.freeze("r1")
     await store.close()
     assert (snapshot.entries, snapshot.incomplete, snapshot.version) == ((), False, 1)
@@ -265,8 +261,8 @@ async def test_unreachable_redis_is_source_unavailable_for_every_operation() -> 
         lambda: store.mark_incomplete("r1"),
         lambda: store.freeze("r1"),
         lambda: store.drop("r1", snapshot_id="x", version=1),
-        lambda: store.status("r1"),
-        lambda: store.rollout_ids(),
+        lambda: store.admin.status("r1"),
+        lambda: store.admin.rollout_ids(),
         lambda: store.ping(),
     )
     for attempt in attempts:
@@ -311,7 +307,7 @@ async def test_closed_store_refuses_and_closes_twice(redis_url: str) -> None:
 def test_cluster_option_builds_a_cluster_client() -> None:
     """cluster=True talks through redis-py's cluster client (which routes by slot)."""
     store = RedisTokenStore("redis://127.0.0.1:7000/0", cluster=True)
-    assert isinstance(store._client, RedisCluster)
+    assert isinstance(store._redis._client, RedisCluster)
 
 
 async def test_a_client_passed_in_stays_open(redis_url: str, redis_prefix: str) -> None:

@@ -157,20 +157,15 @@ async def test_racing_retires_end_in_exactly_one_consistent_outcome(
                 (store_workers.mark_incomplete, where, rollout_id, "late"),
             ],
         )
-        state = await _status(store, rollout_id)
+        state = await store.admin.status(rollout_id)
+        assert state is not None
         assert stale is False
         if mark == "retired":
-            assert (dropped_a, dropped_b, state["retired"]) == (True, True, True)
-            assert state["version"] == snapshot.version
+            assert (dropped_a, dropped_b, state.retired) == (True, True, True)
+            assert state.version == snapshot.version
         else:
-            assert (dropped_a, dropped_b, state["retired"]) == (False, False, False)
-            assert (state["incomplete"], state["version"]) == (True, snapshot.version + 1)
+            assert (dropped_a, dropped_b, state.retired) == (False, False, False)
+            assert (state.incomplete, state.version) == (True, snapshot.version + 1)
         seen.add(mark)
     await store.close()
     assert seen <= {"retired", "marked"}
-
-
-async def _status(store: Any, rollout_id: str) -> dict[str, Any]:
-    status = store.status(rollout_id)
-    state: dict[str, Any] = await status if not isinstance(status, dict) else status
-    return state

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.service.sources.conftest import call
 from tests.support.captures import make_entry
+from tests.support.stores import swept_captures
 from token_finalizer import (
     CaptureConflict,
     CaptureFrozen,
@@ -311,9 +311,9 @@ async def test_drop_of_matching_snapshot_retires(store: Any) -> None:
 async def test_repeated_drop_returns_true(store: Any) -> None:
     """Repeating a successful drop returns True again and changes nothing."""
     snapshot = await _retired(store)
-    state = await call(store.status("r1"))
+    state = await store.admin.status("r1")
     assert await store.drop("r1", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
-    assert await call(store.status("r1")) == state
+    assert await store.admin.status("r1") == state
 
 
 async def test_drop_with_stale_version_is_false(store: Any) -> None:
@@ -343,7 +343,7 @@ async def test_drop_before_freeze_is_false(store: Any) -> None:
 async def test_drop_of_unknown_rollout_is_false(store: Any) -> None:
     """Nothing stored: nothing matches, and nothing is created."""
     assert not await store.drop("ghost", snapshot_id="x", version=1)
-    assert await call(store.status("ghost")) is None
+    assert await store.admin.status("ghost") is None
 
 
 async def test_drop_after_later_incomplete_mark_is_false(store: Any) -> None:
@@ -391,15 +391,15 @@ async def test_bad_call_ids_are_refused(store: Any, bad: str) -> None:
             await attempt()
     with pytest.raises(TokenEntryError):
         await store.put(make_entry("r1", "c1", [1], [2]) | {"model_call_id": bad})
-    assert await call(store.status("r1")) is None
+    assert await store.admin.status("r1") is None
 
 
-# -- administration (file and redis) -----------------------------------------------------------
+# -- administration (every store) -----------------------------------------------------------
 
 
 async def test_status_of_unknown_rollout_is_none(admin_store: Any) -> None:
     """Nothing stored: status is None."""
-    assert await call(admin_store.status("ghost")) is None
+    assert await admin_store.admin.status("ghost") is None
 
 
 async def test_status_reports_the_state_and_line_digests(admin_store: Any) -> None:
@@ -407,11 +407,11 @@ async def test_status_reports_the_state_and_line_digests(admin_store: Any) -> No
     entry = make_entry("r1", "c1", [1], [2])
     await admin_store.put(entry)
     snapshot = await admin_store.freeze("r1")
-    state = await call(admin_store.status("r1"))
+    state = await admin_store.admin.status("r1")
     digest = hashlib.sha256(dumps_entry_line(entry)).hexdigest()
-    assert state["entry_digests"] == {"c1": digest}
-    assert (state["frozen"], state["retired"], state["incomplete"]) == (True, False, False)
-    assert (state["snapshot_id"], state["version"]) == (snapshot.snapshot_id, snapshot.version)
+    assert state.entry_digests == {"c1": digest}
+    assert (state.frozen, state.retired, state.incomplete) == (True, False, False)
+    assert (state.snapshot_id, state.version) == (snapshot.snapshot_id, snapshot.version)
 
 
 async def test_same_payload_in_other_bytes_is_a_no_op(admin_store: Any) -> None:
@@ -427,15 +427,15 @@ async def test_rollout_ids_lists_every_stored_rollout(admin_store: Any) -> None:
     await admin_store.put(make_entry("open", "c1", [1], [2]))
     await admin_store.freeze("frozen")
     await _retired(admin_store, "retired")
-    assert await call(admin_store.rollout_ids()) == ["frozen", "open", "retired"]
+    assert await admin_store.admin.rollout_ids() == ["frozen", "open", "retired"]
 
 
 async def test_delete_removes_the_rollout_and_its_tombstone(admin_store: Any) -> None:
     """After an admin delete the rollout is gone, and may be written from scratch."""
     await _retired(admin_store)
-    await call(admin_store.delete("r1"))
-    assert await call(admin_store.status("r1")) is None
-    assert await call(admin_store.rollout_ids()) == []
+    await admin_store.admin.delete("r1")
+    assert await admin_store.admin.status("r1") is None
+    assert await admin_store.admin.rollout_ids() == []
     await admin_store.put(make_entry("r1", "c1", [1], [2]))
 
 
@@ -445,16 +445,16 @@ async def test_sweep_removes_old_tombstones_only(admin_store: Any) -> None:
         await admin_store.put(make_entry(rollout_id, "c1", [1], [2]))
     await _retired(admin_store, "retired")
     await admin_store.freeze("frozen")
-    swept = await call(admin_store.sweep(retired_older_than=60, now=time.time() + 3600))
+    swept = await swept_captures(admin_store, retired_older_than=60, now=time.time() + 3600)
     assert [(s.rollout_id, s.reason) for s in swept] == [("retired", "retired")]
-    assert await call(admin_store.rollout_ids()) == ["frozen", "open"]
+    assert await admin_store.admin.rollout_ids() == ["frozen", "open"]
 
 
 async def test_sweep_keeps_fresh_tombstones(admin_store: Any) -> None:
     """A tombstone younger than the age stays."""
     await _retired(admin_store)
-    assert await call(admin_store.sweep(retired_older_than=3600)) == []
-    assert await call(admin_store.rollout_ids()) == ["r1"]
+    assert await swept_captures(admin_store, retired_older_than=3600) == []
+    assert await admin_store.admin.rollout_ids() == ["r1"]
 
 
 async def test_sweep_removes_abandoned_captures_only_when_asked(admin_store: Any) -> None:
@@ -462,19 +462,23 @@ async def test_sweep_removes_abandoned_captures_only_when_asked(admin_store: Any
     await admin_store.put(make_entry("open", "c1", [1], [2]))
     await admin_store.freeze("frozen")
     later = time.time() + 3600
-    assert await call(admin_store.sweep(retired_older_than=60, now=later)) == []
-    swept = await call(admin_store.sweep(retired_older_than=60, abandoned_older_than=60, now=later))
+    assert await swept_captures(admin_store, retired_older_than=60, now=later) == []
+    swept = await swept_captures(
+        admin_store, retired_older_than=60, abandoned_older_than=60, now=later
+    )
     assert [(s.rollout_id, s.reason) for s in swept] == [("open", "abandoned")]
-    assert await call(admin_store.rollout_ids()) == ["frozen"]
+    assert await admin_store.admin.rollout_ids() == ["frozen"]
 
 
 async def test_sweep_dry_run_removes_nothing(admin_store: Any) -> None:
     """A dry run reports what it would remove and leaves it."""
     await admin_store.put(make_entry("open", "c1", [1], [2]))
-    swept = await call(
-        admin_store.sweep(
-            retired_older_than=60, abandoned_older_than=60, now=time.time() + 3600, dry_run=True
-        )
+    swept = await swept_captures(
+        admin_store,
+        retired_older_than=60,
+        abandoned_older_than=60,
+        now=time.time() + 3600,
+        dry_run=True,
     )
     assert [s.rollout_id for s in swept] == ["open"]
-    assert await call(admin_store.status("open")) is not None
+    assert await admin_store.admin.status("open") is not None

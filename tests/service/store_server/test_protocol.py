@@ -27,6 +27,7 @@ import zstandard
 from tests.support.asgi import in_process, send_exactly
 from tests.support.captures import agent_rollout, make_entry
 from tests.support.servers import running_app
+from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.store_server import create_store_app
 
@@ -301,7 +302,7 @@ def test_drop_of_the_frozen_snapshot_answers_true_and_repeats(store: Store, rid:
     target = {"snapshot_id": frozen["snapshot_id"], "version": frozen["version"]}
     answers = [store.drop(rid, target).json(), store.drop(rid, target).json()]
     assert answers == [{"dropped": True}, {"dropped": True}]
-    assert store.backend.status(rid)["retired"] is True
+    assert stored_state(store.backend, rid).retired is True
 
 
 def test_drop_of_another_snapshot_answers_false(store: Store, rid: str) -> None:
@@ -310,7 +311,7 @@ def test_drop_of_another_snapshot_answers_false(store: Store, rid: str) -> None:
     frozen = store.freeze(rid).json()
     answer = store.drop(rid, {"snapshot_id": frozen["snapshot_id"], "version": 0}).json()
     assert answer == {"dropped": False}
-    assert store.backend.status(rid)["retired"] is False
+    assert stored_state(store.backend, rid).retired is False
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,109 @@
+"""Which store a `store` command works on: `--dir DIR` or `--redis URL [--key-prefix P]`.
+
+The backend is chosen once, from the options (`backend_of`), and opened as a
+CaptureStore (`opened`); every command then has one code path over the store
+interface, whatever the backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from token_finalizer.sources.base import CaptureStore
+
+__all__ = ["Backend", "UsageError", "add_backend_arguments", "backend_of", "opened"]
+
+# Options that only a redis store takes (attribute name, flag). The TTL options
+# default to argparse.SUPPRESS (absent unless given), since `never` gives None.
+_REDIS_ONLY = (
+    ("key_prefix", "--key-prefix"),
+    ("retired_ttl", "--retired-ttl"),
+    ("abandoned_ttl", "--abandoned-ttl"),
+)
+
+
+def _given(args: argparse.Namespace, name: str) -> bool:
+    return name in vars(args) and (name != "key_prefix" or args.key_prefix is not None)
+
+
+class UsageError(Exception):
+    """Arguments that cannot work: the message goes to stderr and the command exits 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """One store the command works on: its kind, `open_store` options, and where it is."""
+
+    kind: str
+    where: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--dir DIR` or `--redis URL [--key-prefix P]`: which store a command works on."""
+    backend = parser.add_mutually_exclusive_group(required=True)
+    backend.add_argument("--dir", type=Path, help="the capture directory")
+    backend.add_argument(
+        "--redis",
+        metavar="URL",
+        help="a redis store instead: redis://[:password@]host:port/db or rediss://...",
+    )
+    parser.add_argument(
+        "--key-prefix",
+        metavar="PREFIX",
+        help="with --redis: prefix of every key (letters, digits, '.', '_', ':', '/', '-')",
+    )
+
+
+def backend_of(args: argparse.Namespace, *, existing_dir: bool = True) -> Backend:
+    """The backend the options name; UsageError when they cannot work.
+
+    With `existing_dir`, a `--dir` that is not a directory is refused (the
+    file store would create it, and a typo must not look like an empty store).
+    """
+    if args.redis is None:
+        given = [flag for name, flag in _REDIS_ONLY if _given(args, name)]
+        if given:
+            verb = "goes" if len(given) == 1 else "go"
+            raise UsageError(f"{', '.join(given)} only {verb} with --redis")
+        if existing_dir and not args.dir.is_dir():
+            raise UsageError(f"{args.dir} is not a directory")
+        return Backend("file", str(args.dir), {"dir": args.dir})
+    from token_finalizer._constants import DEFAULT_RETIRED_TTL_S
+    from token_finalizer.core.redaction import redacted_url
+    from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
+
+    try:
+        check_redis_url(args.redis)
+        check_key_prefix(args.key_prefix or "")
+    except ValueError as exc:
+        raise UsageError(f"--redis: {exc}") from None
+    where = redacted_url(args.redis)
+    if args.key_prefix:
+        where += f" (key prefix {args.key_prefix!r})"
+    options: dict[str, Any] = {
+        "url": args.redis,
+        "key_prefix": args.key_prefix,
+        "retired_ttl_s": getattr(args, "retired_ttl", DEFAULT_RETIRED_TTL_S),
+        "abandoned_ttl_s": getattr(args, "abandoned_ttl", None),
+    }
+    return Backend("redis", where, options)
+
+
+@contextlib.asynccontextmanager
+async def opened(backend: Backend) -> AsyncIterator[CaptureStore]:
+    """The backend's store, closed when the block ends (whatever ends it)."""
+    from token_finalizer.sources import open_store
+
+    store = open_store(backend.kind, **backend.options)
+    try:
+        yield store
+    finally:
+        # Shielded: the interrupt that stopped a server cancels this task next.
+        await asyncio.shield(store.close())

@@ -1,0 +1,279 @@
+"""The capture-store interface: what the finalizer, the store server and the store CLI call.
+
+    CaptureSource   the finalizer's side of any store: freeze, drop, ping, close
+    CaptureSink     the writer's side: put, mark_incomplete, begin_call, close
+    CaptureStore    a local store (memory, file, redis): both sides, plus what the
+                    store server serves (`freeze_lines`, `resolve_lineage`) and `admin`
+    StoreAdmin      an operator's view of a local store: status, inspect, delete,
+                    sweep, rollout ids; async, with the same shapes on every backend
+
+The `http` source is a CaptureSource only (it speaks to a store server, which
+holds a CaptureStore). Nothing here is optional: a backend implements a whole
+protocol, so no caller looks for a method with `getattr`. The value types the
+protocols exchange live here too. See docs/store-protocol.md#the-store-interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.sources._state import CaptureState
+
+__all__ = [
+    "CaptureReport",
+    "CaptureSink",
+    "CaptureSource",
+    "CaptureStore",
+    "FrozenLines",
+    "LineageQuery",
+    "Skipped",
+    "StoreAdmin",
+    "SweepReport",
+    "SweepRules",
+    "SweptCapture",
+    "SweptLeftover",
+]
+
+
+# -- values ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenLines:
+    """A frozen snapshot as its stored entry lines, unparsed (what the store server sends on)."""
+
+    rollout_id: str
+    lines: tuple[bytes, ...]
+    incomplete: bool
+    snapshot_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class LineageQuery:
+    """A lineage/resolve request in its wire form (docs/store-protocol.md#lineage-resolve).
+
+    `context_digests[k]` is the conversation digest of the request's first k
+    items; the store compares strings, it never sees the items.
+    """
+
+    fingerprint_version: int
+    fingerprint: str
+    context_digests: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureReport:
+    """One capture as an operator needs to see it (`store inspect`), the same on every backend.
+
+    `details` holds what only one backend can tell (the file store's file sizes,
+    Redis's key names and timestamps); `to_dict` lays it beside the common fields.
+    """
+
+    rollout_id: str
+    store: str
+    frozen: bool
+    retired: bool
+    snapshot_id: str | None
+    version: int
+    entries: int
+    marked_incomplete: bool
+    incomplete_call_ids: tuple[str, ...]
+    missing_call_ids: tuple[str, ...]
+    announced_calls: int
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        """`open`, `frozen` or `retired`."""
+        return "retired" if self.retired else "frozen" if self.frozen else "open"
+
+    @property
+    def incomplete_reasons(self) -> list[str]:
+        """Why a freeze would call the capture incomplete, in words (empty when complete)."""
+        reasons = []
+        if self.marked_incomplete:
+            reasons.append("the capture was marked incomplete")
+        if self.incomplete_call_ids:
+            reasons.append(f"{len(self.incomplete_call_ids)} call(s) failed to capture")
+        if self.missing_call_ids:
+            reasons.append(f"{len(self.missing_call_ids)} announced call(s) have no entry")
+        return reasons
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object `store inspect` prints."""
+        reasons = self.incomplete_reasons
+        report: dict[str, Any] = {
+            "rollout_id": self.rollout_id,
+            "store": self.store,
+            "state": self.state,
+            "frozen": self.frozen,
+            "retired": self.retired,
+            "snapshot_id": self.snapshot_id,
+            "version": self.version,
+            "entries": self.entries,
+            "incomplete": bool(reasons),
+            "incomplete_reasons": reasons,
+            "incomplete_call_ids": list(self.incomplete_call_ids),
+            "missing_call_ids": list(self.missing_call_ids),
+            "announced_calls": self.announced_calls,
+        }
+        report.update(self.details)
+        return report
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRules:
+    """Which captures a sweep removes, by age in seconds (docs/store-protocol.md#sweep).
+
+    Retired tombstones older than `retired_older_than` always; captures never
+    frozen and quiet for `abandoned_older_than`, and frozen captures holding
+    nothing for `empty_older_than`, only when those are set. A frozen capture
+    with anything in it that was not retired is evidence: never removed.
+    """
+
+    retired_older_than: float
+    abandoned_older_than: float | None = None
+    empty_older_than: float | None = None
+
+    def reason(self, state: CaptureState, age: float, *, holds_nothing: bool) -> str | None:
+        """Why a capture of this state and age goes (`retired`, `abandoned`, `empty`), or None."""
+        if state.retired:
+            return "retired" if age >= self.retired_older_than else None
+        if not state.frozen:
+            limit = self.abandoned_older_than
+            return "abandoned" if limit is not None and age >= limit else None
+        limit = self.empty_older_than
+        return "empty" if limit is not None and age >= limit and holds_nothing else None
+
+
+@dataclass(frozen=True, slots=True)
+class SweptCapture:
+    """One capture that a sweep removed (or would remove, in a dry run)."""
+
+    rollout_id: str
+    reason: str  # "retired", "abandoned" or "empty"
+    age_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class SweptLeftover:
+    """A leftover a sweep removed outside any capture removal (the file store's stale files)."""
+
+    name: str
+    reason: str  # "temp", "orphan" (data files of a retired capture) or "lock" (a lone lock)
+    age_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Something a sweep left alone because it cannot be trusted: its name and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """Everything one sweep did (or would do, in a dry run)."""
+
+    captures: tuple[SweptCapture, ...] = ()
+    leftovers: tuple[SweptLeftover, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+
+
+# -- protocols ------------------------------------------------------------------------
+
+
+@runtime_checkable
+class CaptureSource(Protocol):
+    """Where a finished rollout's capture is frozen and retired (the finalizer's side)."""
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        """Freeze the rollout (idempotent) and return its immutable snapshot."""
+        ...
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        """Retire exactly that snapshot; False when the store moved on since."""
+        ...
+
+    async def ping(self) -> None:
+        """Return when the store can be reached now; raise SourceUnavailable otherwise."""
+        ...
+
+    async def close(self) -> None:
+        """Release resources; safe to call twice."""
+        ...
+
+
+class CaptureSink(Protocol):
+    """Where model servers record each call's tokens while a rollout runs."""
+
+    async def put(self, entry: TokenEntry | Mapping[str, Any]) -> None:
+        """Store one call; the same payload again is a no-op, a different one CaptureConflict."""
+        ...
+
+    async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+        """Record that a call of this rollout failed to capture (allowed after a freeze)."""
+        ...
+
+    async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        """Announce a call; a snapshot missing its entry at freeze time is incomplete."""
+        ...
+
+    async def close(self) -> None:
+        """Release resources; safe to call twice."""
+        ...
+
+
+class StoreAdmin(Protocol):
+    """An operator's view of one local store; every method reads or changes under the
+    store's own atomicity (a lock, a script), so it is safe beside live writers."""
+
+    async def status(self, rollout_id: str) -> CaptureState | None:
+        """The stored state of one rollout, or None when nothing is stored."""
+        ...
+
+    async def inspect(self, rollout_id: str) -> CaptureReport | None:
+        """One capture's report, or None when nothing is stored (CaptureCorrupt if unreadable)."""
+        ...
+
+    async def delete(self, rollout_id: str) -> tuple[str, ...]:
+        """Remove every trace of one rollout, tombstone included; the names removed."""
+        ...
+
+    async def sweep(
+        self, rules: SweepRules, *, dry_run: bool = False, now: float | None = None
+    ) -> SweepReport:
+        """Remove what `rules` select (nothing in a dry run); skip and report what is untrusted."""
+        ...
+
+    async def rollout_ids(self) -> list[str]:
+        """Every rollout the store holds anything of, sorted."""
+        ...
+
+
+@runtime_checkable
+class CaptureStore(CaptureSource, CaptureSink, Protocol):
+    """A local store: both sides, what the store server serves, and its admin."""
+
+    #: Shown in reports and logs: `memory`, `file` or `redis`.
+    kind: str
+
+    @property
+    def admin(self) -> StoreAdmin:
+        """The operator's view of this store."""
+        ...
+
+    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
+        """`freeze`, answering the stored entry lines unparsed (the store server's fast path)."""
+        ...
+
+    async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
+        """Which committed call a request continues, read without freezing (never raises
+        for a broken capture: that is `unresolved` with reason `lookup_error`)."""
+        ...

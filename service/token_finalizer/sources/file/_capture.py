@@ -1,0 +1,158 @@
+"""One rollout's files in the capture directory: their names, their lock, their state file.
+
+    R.tokens.jsonl        one TokenEntry per line, compact sorted-key JSON, fsynced per put
+    R.tokens.state.json   CaptureState, replaced atomically (temp file + rename)
+    R.tokens.lock         flock: exclusive for mutations, shared for plain reads
+    R.tokens.intents      announced model call ids, one per line
+    R.tokens.incomplete   model call ids that failed to capture, one per line
+
+The layout is NeMo Gym's own (docs/store-protocol.md#file-store), so either
+side can read what the other wrote. The store and its admin both work on a
+rollout through `CaptureFiles`, always under its lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+
+from token_finalizer.core.errors import CaptureCorrupt
+from token_finalizer.core.identity import check_store_id
+from token_finalizer.sources._state import CaptureState
+from token_finalizer.sources.file._fs import (
+    exists,
+    fsync_dir,
+    not_regular,
+    open_regular,
+    read_file,
+    space_error,
+    write_all,
+)
+
+__all__ = ["CAPTURE_SUFFIXES", "TEMP_NAME", "CaptureFiles"]
+
+_SUFFIX = ".tokens"
+# Every name a capture file can have, longest first (".tokens.state.json" before ".json").
+CAPTURE_SUFFIXES = (
+    ".tokens.incomplete",
+    ".tokens.state.json",
+    ".tokens.intents",
+    ".tokens.jsonl",
+    ".tokens.lock",
+)
+# The temporary file of a state replacement: `.R.tokens.state.json.<uuid4 hex>.tmp`.
+TEMP_NAME = re.compile(r"\.(.+)\.tokens\.state\.json\.[0-9a-f]{32}\.tmp", re.ASCII | re.DOTALL)
+
+
+class CaptureFiles:
+    """The files of rollout `rollout_id` in `directory` (the id is checked first)."""
+
+    __slots__ = ("directory", "incomplete", "intents", "jsonl", "lock", "state")
+
+    def __init__(self, directory: Path, rollout_id: str) -> None:
+        self.directory = directory
+        stem = directory / f"{check_store_id(rollout_id)}{_SUFFIX}"
+        self.jsonl = stem.with_name(stem.name + ".jsonl")
+        self.state = stem.with_name(stem.name + ".state.json")
+        self.lock = stem.with_name(stem.name + ".lock")
+        self.intents = stem.with_name(stem.name + ".intents")
+        self.incomplete = stem.with_name(stem.name + ".incomplete")
+
+    def data_files(self) -> tuple[Path, ...]:
+        """What a drop removes: entries, announced and failed call ids."""
+        return (self.jsonl, self.intents, self.incomplete)
+
+    def stored_files(self) -> tuple[Path, ...]:
+        """Every file of the rollout but its lock."""
+        return (*self.data_files(), self.state)
+
+    def any_stored(self) -> bool:
+        """Whether any file of the rollout (but the lock) exists."""
+        return any(exists(path) for path in self.stored_files())
+
+    @contextlib.contextmanager
+    def locked(self, *, exclusive: bool) -> Iterator[None]:
+        """Hold the rollout's flock; retry if a sweep unlinked the lock file meanwhile."""
+        while True:
+            fd = open_regular(self.lock, os.O_RDWR | os.O_CREAT, writing=True)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                held = os.fstat(fd)
+                try:
+                    named = os.lstat(self.lock)
+                    same = (held.st_ino, held.st_dev) == (named.st_ino, named.st_dev)
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    yield
+                    return
+            finally:
+                os.close(fd)  # closing releases the flock
+
+    def check_files(self) -> None:
+        """CaptureCorrupt unless every stored file of the rollout is absent or a regular file.
+
+        Checked under the lock by every operation, so a link or FIFO planted
+        under any of the names (even one this operation would not open)
+        refuses the capture as a whole; each open checks again (O_NOFOLLOW).
+        """
+        for path in self.stored_files():
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise not_regular(path.name, mode)
+
+    def read_state(self) -> CaptureState:
+        """The state file's content (a fresh state when there is none)."""
+        raw = read_file(self.state)
+        if raw is None:
+            return CaptureState()
+        try:
+            return CaptureState.from_dict(orjson.loads(raw))
+        except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+            raise CaptureCorrupt(f"{self.state.name} is not a valid state file: {exc}") from None
+
+    def write_state(self, state: CaptureState, *, undo: Callable[[], None] | None = None) -> None:
+        """Replace the state file atomically; `undo` runs if the old state stays in place."""
+        temp = self.state.with_name(f".{self.state.name}.{uuid.uuid4().hex}.tmp")
+        created = False
+        try:
+            try:
+                fd = open_regular(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, writing=True)
+                created = True
+                try:
+                    write_all(fd, orjson.dumps(state.to_dict()))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(temp, self.state)
+            except BaseException as exc:
+                if undo is not None:
+                    undo()
+                full = space_error(self.state.name, exc)
+                if full is not None:
+                    raise full from None
+                raise
+        finally:
+            if created:
+                temp.unlink(missing_ok=True)
+        fsync_dir(self.directory)
+
+    def remove_data_files(self) -> list[str]:
+        """Unlink the rollout's data files (names only: a link's target is untouched)."""
+        removed = []
+        for path in self.data_files():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path.name)
+        return removed

@@ -1,0 +1,359 @@
+"""The file capture store: one directory shared by writers and the finalizer.
+
+Every public method is async and runs its blocking file work in a thread;
+each works on one rollout's files (`CaptureFiles`) under the rollout's flock.
+The on-disk layout is NeMo Gym's (docs/store-protocol.md#file-store); the
+operator's side (inspect, delete, sweep) is `FileStoreAdmin`, reached as
+`store.admin`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from token_finalizer.core.codec import loads_json
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, StoreUnreachable
+from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
+from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
+from token_finalizer.sources.base import FrozenLines, LineageQuery
+from token_finalizer.sources.file._capture import CaptureFiles
+from token_finalizer.sources.file._fs import (
+    append_durably,
+    exists,
+    open_regular,
+    read_file,
+    read_id_lines,
+    split_lines,
+    truncate,
+)
+from token_finalizer.sources.file.admin import FileStoreAdmin
+
+__all__ = ["FileTokenStore"]
+
+_Content = TypeVar("_Content")
+
+
+def _read_indexed(files: CaptureFiles, state: CaptureState) -> bytes:
+    """The indexed part of the jsonl file (nothing past the last acknowledged line)."""
+    return read_file(files.jsonl, state.indexed_size) or b""
+
+
+def _shorter(files: CaptureFiles, size: int, state: CaptureState) -> CaptureCorrupt:
+    return CaptureCorrupt(
+        f"{files.jsonl.name} is shorter ({size} bytes) than its index ({state.indexed_size} bytes)"
+    )
+
+
+def _cut_torn_tail(files: CaptureFiles, read: os.stat_result, offset: int) -> None:
+    """Truncate the jsonl at `offset`: the very file that was read, never another."""
+    fd = open_regular(files.jsonl, os.O_WRONLY, writing=True)
+    try:
+        now = os.fstat(fd)
+        if (now.st_ino, now.st_dev) != (read.st_ino, read.st_dev):
+            raise CaptureCorrupt(f"{files.jsonl.name} was replaced while it was being indexed")
+        os.ftruncate(fd, offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _index_line(files: CaptureFiles, state: CaptureState, line: bytes, offset: int) -> None:
+    try:
+        call_id = loads_json(line)["model_call_id"]
+        check_store_id(call_id, what="model_call_id")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CaptureCorrupt(
+            f"{files.jsonl.name}: unreadable line at byte {offset} followed by more data "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    digest = line_digest(line)
+    if state.decide_put(call_id, digest) is PutDecision.CONFLICT:
+        raise CaptureCorrupt(f"{files.jsonl.name}: two different lines for model call {call_id}")
+    state.entry_digests[call_id] = digest
+
+
+def _index_tail(files: CaptureFiles, state: CaptureState) -> bool:
+    """Index jsonl lines written after the last state update; cut a torn final line.
+
+    A writer that crashed after its append but before its state update leaves
+    a complete line behind (indexed here); one that crashed mid-line leaves a
+    torn tail that was never acknowledged (cut off here). A retired tombstone
+    has no data files left to index. True when the state changed.
+    """
+    if state.retired:
+        return False
+    try:
+        handle = os.fdopen(open_regular(files.jsonl, os.O_RDONLY), "rb")
+    except FileNotFoundError:
+        if state.indexed_size:
+            raise _shorter(files, 0, state) from None
+        return False
+    with handle:
+        read = os.fstat(handle.fileno())
+        if read.st_size == state.indexed_size:
+            return False
+        if read.st_size < state.indexed_size:
+            raise _shorter(files, read.st_size, state)
+        handle.seek(state.indexed_size)
+        *lines, torn = handle.read().split(b"\n")
+    offset = state.indexed_size
+    for line in lines:
+        if line.strip():
+            _index_line(files, state, line, offset)
+        offset += len(line) + 1
+    if torn:
+        _cut_torn_tail(files, read, offset)
+    state.indexed_size = offset
+    state.version += 1
+    return True
+
+
+def _stored_line(files: CaptureFiles, model_call_id: str) -> bytes | None:
+    with os.fdopen(open_regular(files.jsonl, os.O_RDONLY), "rb") as handle:
+        for line in handle:
+            line = line.rstrip(b"\n")
+            if line and loads_json(line).get("model_call_id") == model_call_id:
+                return line
+    return None
+
+
+def _read_entries(
+    files: CaptureFiles, state: CaptureState, rollout_id: str
+) -> tuple[TokenEntry, ...]:
+    # One read of the indexed part, then one slice per line: a long rollout's
+    # capture is hundreds of MB, and buffered line reads plus newline
+    # stripping would copy every line two more times.
+    data = _read_indexed(files, state)
+    return parse_capture(split_lines(data), rollout_id, files.jsonl.name)
+
+
+def _frozen_lines(files: CaptureFiles, state: CaptureState) -> tuple[bytes, ...]:
+    lines = [line for line in _read_indexed(files, state).split(b"\n") if line.strip()]
+    if len(lines) > len(state.entry_digests):
+        # A call re-sent by its writer may be stored twice, byte for byte: keep it once.
+        lines = list(dict.fromkeys(lines))
+    return tuple(lines)
+
+
+class FileTokenStore:
+    """CaptureStore over a local directory (created if missing)."""
+
+    kind = "file"
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._admin = FileStoreAdmin(self.directory)
+
+    def __repr__(self) -> str:
+        return f"FileTokenStore({str(self.directory)!r})"
+
+    @property
+    def admin(self) -> FileStoreAdmin:
+        """Inspect, delete and sweep this directory."""
+        return self._admin
+
+    def _files(self, rollout_id: str) -> CaptureFiles:
+        return CaptureFiles(self.directory, rollout_id)
+
+    # -- writer side -------------------------------------------------------
+
+    def _put(self, entry: object) -> None:
+        parsed, line = entry_payload(entry)
+        files = self._files(parsed.rollout_id)
+        digest = line_digest(line)
+        with files.locked(exclusive=True):
+            files.check_files()
+            state = files.read_state()
+            if _index_tail(files, state):
+                files.write_state(state)
+            state.check_writable(parsed.rollout_id)
+            decision = state.decide_put(parsed.model_call_id, digest)
+            if decision is PutDecision.CONFLICT:
+                # Another serializer may have written the same payload with other bytes.
+                stored = _stored_line(files, parsed.model_call_id)
+                if stored is not None and same_payload(stored, line):
+                    return
+                self._mark_incomplete_locked(files, state, parsed.rollout_id, parsed.model_call_id)
+                raise CaptureConflict(
+                    f"model call {parsed.model_call_id} of rollout {parsed.rollout_id} "
+                    "was already stored with a different payload"
+                )
+            if decision is PutDecision.SAME:
+                return
+            start = append_durably(files.jsonl, line + b"\n")
+            state.record_put(parsed.model_call_id, digest)
+            state.indexed_size += len(line) + 1
+            # If the state cannot be written (disk full), the line goes again:
+            # the put failed, and the capture stays exactly as it was.
+            files.write_state(state, undo=lambda: truncate(files.jsonl, start))
+
+    @staticmethod
+    def _mark_incomplete_locked(
+        files: CaptureFiles, state: CaptureState, rollout_id: str, model_call_id: str
+    ) -> None:
+        state.mark_incomplete(rollout_id)
+        if model_call_id:
+            # Kept even if the state write below fails: a freeze also counts
+            # the ids in this file, so the mark is not lost to a full disk.
+            append_durably(files.incomplete, model_call_id.encode() + b"\n")
+        files.write_state(state)
+
+    def _mark_incomplete(self, rollout_id: str, model_call_id: str) -> None:
+        files = self._files(rollout_id)
+        if model_call_id:
+            check_store_id(model_call_id, what="model_call_id")
+        with files.locked(exclusive=True):
+            files.check_files()
+            state = files.read_state()
+            _index_tail(files, state)
+            self._mark_incomplete_locked(files, state, rollout_id, model_call_id)
+
+    def _begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        files = self._files(rollout_id)
+        check_store_id(model_call_id, what="model_call_id")
+        with files.locked(exclusive=True):
+            files.check_files()
+            files.read_state().check_writable(rollout_id)
+            append_durably(files.intents, model_call_id.encode() + b"\n")
+
+    async def put(self, entry: TokenEntry | Mapping[str, Any]) -> None:
+        """Append one call durably; same payload again is a no-op."""
+        await asyncio.to_thread(self._put, entry)
+
+    async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+        """Record that a call of this rollout failed to capture (allowed after freeze)."""
+        await asyncio.to_thread(self._mark_incomplete, rollout_id, model_call_id)
+
+    async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        """Announce a call; if its entry is missing at freeze time the snapshot is incomplete."""
+        await asyncio.to_thread(self._begin_call, rollout_id, model_call_id)
+
+    # -- finalizer side ----------------------------------------------------
+
+    def _frozen(
+        self, rollout_id: str, read: Callable[[CaptureFiles, CaptureState], _Content]
+    ) -> tuple[_Content, CaptureState, bool]:
+        """Freeze (idempotent) and `read` the capture inside the same critical section.
+
+        Returns what `read` returned, the frozen state, and whether the
+        snapshot is incomplete (a call marked failed, or announced and missing).
+        """
+        files = self._files(rollout_id)
+        with files.locked(exclusive=True):
+            files.check_files()
+            state = files.read_state()
+            changed = _index_tail(files, state)
+            try:
+                changed = state.freeze(rollout_id) or changed
+            finally:
+                if changed:
+                    files.write_state(state)
+            content = read(files, state)
+            missing = set(read_id_lines(files.intents)) - state.entry_digests.keys()
+            # An id in the incomplete file counts even if its state write failed.
+            failed = bool(read_id_lines(files.incomplete))
+        return content, state, state.incomplete or failed or bool(missing)
+
+    def _freeze(self, rollout_id: str) -> Snapshot:
+        entries, state, incomplete = self._frozen(
+            rollout_id, lambda files, state: _read_entries(files, state, rollout_id)
+        )
+        return Snapshot(
+            rollout_id=rollout_id,
+            entries=entries,
+            incomplete=incomplete,
+            snapshot_id=str(state.snapshot_id),
+            version=state.version,
+        )
+
+    def _freeze_lines(self, rollout_id: str) -> FrozenLines:
+        lines, state, incomplete = self._frozen(rollout_id, _frozen_lines)
+        return FrozenLines(
+            rollout_id=rollout_id,
+            lines=lines,
+            incomplete=incomplete,
+            snapshot_id=str(state.snapshot_id),
+            version=state.version,
+        )
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        """Freeze (idempotent) and read the rollout's immutable snapshot."""
+        return await asyncio.to_thread(self._freeze, rollout_id)
+
+    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
+        """`freeze`, returning the entry lines unparsed (the store server's fast path).
+
+        A remote freeze must not parse 30 MB of entries only to encode them
+        again; the reader validates them anyway.
+        """
+        return await asyncio.to_thread(self._freeze_lines, rollout_id)
+
+    def _drop(self, rollout_id: str, snapshot_id: str, version: int) -> bool:
+        files = self._files(rollout_id)
+        if not exists(files.state):
+            return False
+        with files.locked(exclusive=True):
+            files.check_files()
+            state = files.read_state()
+            if not state.names(snapshot_id, version):
+                return False
+            if not state.retired:
+                # The tombstone first: a crash before the deletes below leaves a
+                # retired capture with orphan data files (removed by the next
+                # drop or a sweep), never a live capture with half its files.
+                state.retired = True
+                files.write_state(state)
+            files.remove_data_files()
+            return True
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        """Delete exactly that snapshot's data, keeping the state as a retired tombstone."""
+        check_store_id(rollout_id)
+        return await asyncio.to_thread(self._drop, rollout_id, snapshot_id, version)
+
+    # -- lineage -------------------------------------------------------------
+
+    def _committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        files = self._files(rollout_id)
+        if not exists(files.state):
+            return ()  # nothing acknowledged yet (and no lock file is created for a stranger)
+        with files.locked(exclusive=False):
+            files.check_files()
+            state = files.read_state()
+            if state.retired:
+                return ()
+            # Only the indexed part: a line past it was never acknowledged to its writer.
+            return _read_entries(files, state, rollout_id)
+
+    async def committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        """The rollout's acknowledged entries in put order, read under the shared lock.
+
+        Read-only (lineage resolution of a rollout still being written): no
+        freeze, no tail indexing. A retired or unknown rollout has none.
+        """
+        check_store_id(rollout_id)
+        return await asyncio.to_thread(self._committed_entries, rollout_id)
+
+    async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
+        """Which acknowledged call of the rollout a request continues (read-only)."""
+        check_store_id(rollout_id)
+        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Reachable when the directory exists and is writable."""
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise StoreUnreachable(f"capture directory {self.directory} is not writable")
+
+    async def close(self) -> None:
+        """Nothing to release: every operation opens and closes its own files."""

@@ -1,0 +1,9 @@
+-- Read-only: what `store inspect` reports. Answers {state pairs, entry count,
+-- failed call ids, announced call ids without an entry, announced count}.
+local missing = {}
+local intents = redis.call('SMEMBERS', KEYS[5])
+for i = 1, #intents do
+  if redis.call('HEXISTS', KEYS[3], intents[i]) == 0 then missing[#missing + 1] = intents[i] end
+end
+return {redis.call('HGETALL', KEYS[1]), redis.call('HLEN', KEYS[3]),
+        redis.call('SMEMBERS', KEYS[6]), missing, #intents}

@@ -1,0 +1,20 @@
+-- Shared by every script of the redis capture store (docs/store-protocol.md#redis-store).
+-- KEYS: 1 state, 2 entries, 3 digests, 4 order, 5 intents, 6 incomplete (one rollout's keys,
+-- all under its hash tag). Flags in the state hash are "1" or absent; HMGET answers false
+-- for an absent field.
+
+-- The server's clock as "seconds.microseconds", so ages agree across machines.
+local function now()
+  local t = redis.call('TIME')
+  return t[1] .. '.' .. string.format('%06d', tonumber(t[2]))
+end
+
+-- A write to the capture: note when; while it is open, push its expiry out.
+local function touch(ttl_ms)
+  local t = now()
+  redis.call('HSETNX', KEYS[1], 'created_at', t)
+  redis.call('HSET', KEYS[1], 'updated_at', t)
+  if ttl_ms > 0 then
+    for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl_ms) end
+  end
+end

@@ -1,0 +1,252 @@
+"""The redis capture store: the file store's semantics in Redis, Valkey or Redis Cluster.
+
+Every state change is one Lua script (`scripts/`), so writers on many
+machines and several finalizer replicas see one order of events; the keys
+are laid out in `_client`. Retention is by TTL, set inside the same scripts:
+
+- a drop deletes the data keys and keeps the state as a retired tombstone
+  that expires after `retired_ttl_s` (default 7 days; None keeps it forever);
+- with `abandoned_ttl_s` set, every write to a capture that is not frozen
+  pushes the expiry of all its keys that far out, so a capture nobody writes
+  to or freezes for that long disappears whole (default None: never);
+- a freeze removes any expiry: a frozen capture that was not retired is
+  evidence and stays until it is dropped, deleted or swept.
+
+The operator's side (inspect, delete, sweep) is `RedisStoreAdmin`, reached as
+`store.admin`. See docs/store-protocol.md#redis-store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from token_finalizer._constants import (
+    DEFAULT_HTTP_TIMEOUT_S,
+    DEFAULT_RETIRED_TTL_S,
+    PARSE_IN_THREAD_MIN_BYTES,
+    REDIS_PUT_ROUNDS,
+)
+from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceUnavailable
+from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
+from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._state import CaptureState, line_digest
+from token_finalizer.sources.base import FrozenLines, LineageQuery
+from token_finalizer.sources.redis._client import RedisConnection, text
+from token_finalizer.sources.redis.admin import RedisStoreAdmin
+
+__all__ = ["RedisTokenStore"]
+
+
+def _milliseconds(seconds: float | None, what: str) -> int:
+    if seconds is None:
+        return 0
+    if not seconds > 0:
+        raise ValueError(f"{what} must be > 0 seconds or None, got {seconds!r}")
+    return max(1, round(seconds * 1000))
+
+
+def _prepared(entry: object) -> tuple[TokenEntry, bytes, str]:
+    parsed, line = entry_payload(entry)
+    return parsed, line, line_digest(line)
+
+
+async def _parsed(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
+    """The entries of stored lines; a large capture is parsed in a worker thread."""
+    where = f"the capture of rollout {rollout_id}"
+    if sum(map(len, lines)) >= PARSE_IN_THREAD_MIN_BYTES:
+        return await asyncio.to_thread(parse_capture, lines, rollout_id, where)
+    return parse_capture(lines, rollout_id, where)
+
+
+def _refuse(status: bytes, rollout_id: str, *, freezing: bool = False) -> None:
+    """Raise what the state machine raises for a frozen or retired capture."""
+    state = CaptureState(frozen=True, retired=status == b"retired")
+    if freezing:
+        state.freeze(rollout_id)
+    state.check_writable(rollout_id)
+
+
+class RedisTokenStore:
+    """CaptureStore over Redis (or Valkey, or Redis Cluster), with the file store's semantics."""
+
+    kind = "redis"
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        key_prefix: str | None = None,
+        timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
+        retired_ttl_s: float | None = DEFAULT_RETIRED_TTL_S,
+        abandoned_ttl_s: float | None = None,
+        cluster: bool = False,
+        client: Any = None,
+    ) -> None:
+        self._retired_ms = _milliseconds(retired_ttl_s, "retired_ttl_s")
+        self._abandoned_ms = _milliseconds(abandoned_ttl_s, "abandoned_ttl_s")
+        self._redis = RedisConnection(
+            url, key_prefix=key_prefix or "", timeout_s=timeout_s, cluster=cluster, client=client
+        )
+        self._admin = RedisStoreAdmin(self._redis)
+
+    def __repr__(self) -> str:  # never shows a password
+        return f"RedisTokenStore({self._redis.where!r}, key_prefix={self.key_prefix!r})"
+
+    @property
+    def key_prefix(self) -> str:
+        """The prefix of every key of this store."""
+        return self._redis.key_prefix
+
+    @property
+    def admin(self) -> RedisStoreAdmin:
+        """Inspect, delete and sweep this store."""
+        return self._admin
+
+    def keys(self, rollout_id: str) -> list[str]:
+        """The rollout's keys (the id is checked first)."""
+        return self._redis.keys(rollout_id)
+
+    # -- writer side -----------------------------------------------------------------------
+
+    async def put(self, entry: TokenEntry | Mapping[str, Any]) -> None:
+        """Store one call; the same payload again is a no-op, a different one CaptureConflict.
+
+        A conflict also marks the rollout incomplete, in the same script.
+        """
+        parsed, line, digest = await asyncio.to_thread(_prepared, entry)
+        rollout_id, call_id = parsed.rollout_id, parsed.model_call_id
+        compared = b""
+        for _ in range(REDIS_PUT_ROUNDS):
+            reply = await self._redis.run(
+                "put", rollout_id, (call_id, digest, line, compared, self._abandoned_ms), "put"
+            )
+            status = reply[0]
+            if status in (b"new", b"same"):
+                return
+            if status == b"mismatch":
+                stored_digest, stored_line = reply[1], reply[2]
+                if await asyncio.to_thread(same_payload, stored_line, line):
+                    return
+                compared = stored_digest
+                continue
+            if status == b"conflict":
+                raise CaptureConflict(
+                    f"model call {call_id} of rollout {rollout_id} "
+                    "was already stored with a different payload"
+                )
+            if status in (b"frozen", b"retired"):
+                _refuse(status, rollout_id)
+            raise self._redis.unexpected("put", reply)
+        raise SourceUnavailable(
+            f"redis store {self._redis.where}: the stored entry of model call {call_id} of "
+            f"rollout {rollout_id} kept changing during the put"
+        )
+
+    async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+        """Record that a call of this rollout failed to capture (allowed after freeze)."""
+        check_store_id(rollout_id)
+        if model_call_id:
+            check_store_id(model_call_id, what="model_call_id")
+        reply = await self._redis.run(
+            "mark_incomplete", rollout_id, (model_call_id, self._abandoned_ms), "mark_incomplete"
+        )
+        if reply[0] == b"retired":
+            CaptureState(retired=True).mark_incomplete(rollout_id)
+        if reply[0] != b"ok":
+            raise self._redis.unexpected("mark_incomplete", reply)
+
+    async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        """Announce a call; if its entry is missing at freeze time the snapshot is incomplete."""
+        check_store_id(rollout_id)
+        check_store_id(model_call_id, what="model_call_id")
+        reply = await self._redis.run(
+            "begin_call", rollout_id, (model_call_id, self._abandoned_ms), "begin_call"
+        )
+        if reply[0] in (b"frozen", b"retired"):
+            _refuse(reply[0], rollout_id)
+        if reply[0] != b"ok":
+            raise self._redis.unexpected("begin_call", reply)
+
+    # -- finalizer side ----------------------------------------------------------------------
+
+    def _corrupt(self, rollout_id: str, call_id: object) -> CaptureCorrupt:
+        return CaptureCorrupt(
+            f"redis store {self._redis.where}: rollout {rollout_id} lists model call "
+            f"{text(call_id)} without its entry"
+        )
+
+    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
+        """`freeze`, returning the entry lines as stored (the store server's fast path)."""
+        reply = await self._redis.run("freeze", rollout_id, (uuid.uuid4().hex,), "freeze")
+        status = reply[0]
+        if status == b"retired":
+            _refuse(status, rollout_id, freezing=True)
+        if status == b"corrupt":
+            raise self._corrupt(rollout_id, reply[1])
+        if status != b"ok" or len(reply) != 5:
+            raise self._redis.unexpected("freeze", reply)
+        _, snapshot_id, version, incomplete, lines = reply
+        return FrozenLines(
+            rollout_id=rollout_id,
+            lines=tuple(lines),
+            incomplete=bool(incomplete),
+            snapshot_id=text(snapshot_id),
+            version=int(version),
+        )
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        """Freeze (idempotent) and read the rollout's immutable snapshot, in one script."""
+        frozen = await self.freeze_lines(rollout_id)
+        return Snapshot(
+            rollout_id=rollout_id,
+            entries=await _parsed(frozen.lines, rollout_id),
+            incomplete=frozen.incomplete,
+            snapshot_id=frozen.snapshot_id,
+            version=frozen.version,
+        )
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        """Delete exactly that snapshot's data, keeping the state as a retired tombstone."""
+        check_store_id(rollout_id)
+        if isinstance(version, bool) or not isinstance(version, int):
+            return False
+        reply = await self._redis.run(
+            "drop", rollout_id, (str(snapshot_id), str(version), self._retired_ms), "drop"
+        )
+        return bool(reply)
+
+    # -- lineage -------------------------------------------------------------------------------
+
+    async def committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
+        """The rollout's stored entries in put order, read without freezing (one script).
+
+        Read-only (lineage resolution of a rollout still being written); a
+        retired or unknown rollout has none.
+        """
+        reply = await self._redis.run("committed", rollout_id, (), "committed entries")
+        if reply[0] == b"corrupt":
+            raise self._corrupt(rollout_id, reply[1])
+        if reply[0] != b"ok" or len(reply) != 2:
+            raise self._redis.unexpected("committed entries", reply)
+        return await _parsed(reply[1], rollout_id)
+
+    async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
+        """Which stored call of the rollout a request continues (read-only)."""
+        check_store_id(rollout_id)
+        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Raise SourceUnavailable unless the server answers PING."""
+        await self._redis.ping()
+
+    async def close(self) -> None:
+        """Close the connection pool (a client passed in stays the caller's); idempotent."""
+        await self._redis.close()
