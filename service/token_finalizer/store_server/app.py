@@ -24,7 +24,6 @@ from token_finalizer.core.errors import (
     TokenEntryError,
 )
 from token_finalizer.core.identity import check_store_id
-from token_finalizer.core.store_protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
 from token_finalizer.store_server._answers import freeze_answer, resolve_answer
 from token_finalizer.store_server._requests import (
     call_entry,
@@ -38,6 +37,7 @@ from token_finalizer.web.answers import error_response, json_response
 from token_finalizer.web.auth import BearerTokenGuard
 from token_finalizer.web.body import JsonBody, read_json_object
 from token_finalizer.web.errors import StatusTable, install_error_handlers
+from token_finalizer_client.protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
 
 __all__ = ["PROTOCOL_PREFIX", "create_store_app"]
 
