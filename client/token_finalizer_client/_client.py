@@ -19,10 +19,12 @@ import httpx
 
 from token_finalizer_client._compact import load_numpy
 from token_finalizer_client._constants import (
+    CONNECT_TIMEOUT_S,
     DEFAULT_CONCURRENCY,
-    DEFAULT_CONNECTION_LIMITS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_KEEPALIVE,
     DEFAULT_MAX_RETRIES,
-    DEFAULT_TIMEOUT,
+    DEFAULT_TIMEOUT_S,
 )
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._ordered import ordered_map
@@ -45,6 +47,11 @@ from token_finalizer_client._wire import (
 __all__ = ["AsyncFinalizerClient", "FinalizerClient"]
 
 _Pool = TypeVar("_Pool", httpx.Client, httpx.AsyncClient)
+
+DEFAULT_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+_LIMITS = httpx.Limits(
+    max_connections=DEFAULT_MAX_CONNECTIONS, max_keepalive_connections=DEFAULT_MAX_KEEPALIVE
+)
 
 
 class _BaseClient(Generic[_Pool]):
@@ -73,7 +80,7 @@ class _BaseClient(Generic[_Pool]):
             base_url=self.base_url,
             headers=default_headers(token, run_id),
             timeout=timeout,
-            limits=DEFAULT_CONNECTION_LIMITS,
+            limits=_LIMITS,
         )
 
     def _open_pool(self, **options: Any) -> _Pool:

@@ -1,29 +1,32 @@
-"""Conversation fingerprints, version 2, computed on the client (docs/records-and-builds.md).
+"""Conversation fingerprints v2, bit-exact with NeMo Gym 0.7 (docs/records-and-builds.md).
 
-`HttpLineageResolver` hashes a request's items itself and sends only hashes,
-so this package carries its own implementation: it must not import the
-service. The bytes hashed are those of the service's
-`token_finalizer.core.fingerprint` (and NeMo Gym 0.7's), which
-tests/client/test_fingerprint_parity.py checks over the committed vectors and
-over random item lists.
+The project's one implementation: `HttpLineageResolver` hashes a request's
+items with it and sends only the hashes, and the service's lineage
+resolution and terminal attribution compare against the same functions
+(both import them from `token_finalizer_client.protocol`).
 
 - `assistant_fingerprint(items)`: what the model wrote (assistant messages,
   function calls), the key a continuation is looked up by; "" when nothing.
-- `context_digests(items)`: `conversation_digest(items[:k])` for every k, the
-  proof of the context a looked-up call was served with.
+  User turns and tool output added between calls do not change it.
+- `conversation_digest(items)`: every item, tool results included; the proof
+  that a looked-up call saw exactly the context a request starts with.
+- `context_digests(items)`: `conversation_digest(items[:k])` for every k.
 
 Each hashed field is one tag byte, its length as 8 big-endian bytes, then its
-UTF-8 bytes. Input the rules do not define raises `FingerprintError`.
+UTF-8 bytes, so no two different field sequences hash the same input. Input
+the rules do not define raises `FingerprintError` rather than being skipped:
+a silently ignored block could make two different conversations look alike.
 
 Canonical JSON (for non-text content blocks, tool arguments and tool outputs)
 is `orjson.dumps(value, option=OPT_SORT_KEYS)`. orjson is used when installed
-(the client's `fast` extra); without it, `_StdlibCanonical` writes the same
-bytes with the standard library: sorted keys, no whitespace, raw UTF-8, floats
-in orjson's shortest form, NaN and infinities as null, integers in
-[-2**63, 2**64), at most 254 nested containers, and the types orjson accepts
-by default for request items (dict and list and their subclasses, tuple, str
-and int subclasses); anything else is refused, which the resolver answers as
-a failed lookup, never as a different hash.
+(the service always has it; a client gets it with the `fast` extra); without
+it, `_StdlibCanonical` writes the same bytes with the standard library: sorted
+keys, no whitespace, raw UTF-8, floats in orjson's shortest form, NaN and
+infinities as null, integers in [-2**63, 2**64), at most 254 nested
+containers, and the types orjson accepts by default for request items (dict
+and list and their subclasses, tuple, str and int subclasses); anything else
+is refused, which the resolver answers as a failed lookup, never as a
+different hash.
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ __all__ = [
     "FINGERPRINT_VERSION",
     "FingerprintError",
     "assistant_fingerprint",
+    "canonical_arguments",
     "canonical_json",
     "context_digests",
     "conversation_digest",
+    "is_model_authored",
 ]
 
 FINGERPRINT_VERSION = 2
@@ -191,8 +196,18 @@ def _encoded(text: str) -> bytes:
         raise FingerprintError(f"text is not valid Unicode: {error}") from None
 
 
+def canonical_arguments(value: Any) -> str:
+    """Tool-call arguments in the form compared across re-serializations.
+
+    Harnesses often re-encode a call's JSON arguments between turns, so a
+    string that parses as JSON is compared by its canonical JSON; a string that
+    does not parse is compared stripped; null is the empty string.
+    """
+    return _arguments(value).decode("utf-8")
+
+
 def _arguments(value: Any) -> bytes:
-    """Tool-call arguments compared across re-serializations (JSON text by its canonical form)."""
+    """`canonical_arguments` as the bytes that are hashed."""
     if value is None:
         return b""
     if not isinstance(value, str):
@@ -226,7 +241,8 @@ def _as_item(item: Any) -> dict[str, Any]:
     return item
 
 
-def _written_by_model(item: dict[str, Any]) -> bool:
+def is_model_authored(item: dict[str, Any]) -> bool:
+    """Whether the model wrote this item: an assistant message or a function call."""
     return item.get("role") == "assistant" or item.get("type") == "function_call"
 
 
@@ -346,7 +362,7 @@ def assistant_fingerprint(items: Iterable[Any] | None) -> str:
     hasher = hashlib.sha256(_LOOKUP_DOMAIN)
     any_authored = False
     for item in items or ():
-        if _written_by_model(_as_item(item)):
+        if is_model_authored(_as_item(item)):
             any_authored = True
             _absorb(hasher, _lookup_fields(item))
     return hasher.hexdigest() if any_authored else ""

@@ -9,7 +9,7 @@ call of the rollout the request continues (its `LineageResolver` protocol):
         parent = resolution.match   # model_call_id, cumulative_token_ids, digest, prev_len
     await resolver.close()
 
-The items are hashed here (`_fingerprint`, bit-exact with the service) and
+The items are hashed here (`protocol`'s fingerprints, the ones the service uses) and
 only the hashes travel: `POST .../lineage/resolve` with the assistant
 fingerprint and the digest of every prefix of the items. The store compares
 strings over the rollout's committed entries and answers the match with its
@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from token_finalizer_client._addressing import rollout_path
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._fingerprint import (
     FINGERPRINT_VERSION,
@@ -46,7 +47,7 @@ from token_finalizer_client._fingerprint import (
     context_digests,
 )
 from token_finalizer_client._retry import asend_with_retries
-from token_finalizer_client._store_connection import StoreConnection, rollout_path
+from token_finalizer_client._store_connection import StoreConnection
 from token_finalizer_client._wire import WireRequest, read_object
 
 __all__ = [

@@ -2,11 +2,12 @@
 
 Every HTTP call the project repeats goes through `RetryPolicy`: the sync and
 async clients, the writer-side `HttpTokenSink`, and the service's `http`
-capture source (`token_finalizer.sources.http`). The service imports it from
-here rather than configuring stamina a second time: the service distribution
-ships and depends on this client package, and this way "what is retryable"
-(`is_retryable_error`, `RETRY_STATUSES`) is defined exactly once. Each caller
-passes only its own numbers: attempts and delays.
+capture source (`token_finalizer.sources.http`). The service imports it through
+the public `token_finalizer_client.transport` rather than configuring stamina a
+second time: the service distribution depends on this client package, and
+this way "what is retryable" (`is_retryable_error`, `RETRY_STATUSES`) is
+defined exactly once. Each caller passes only its own numbers: attempts and
+delays.
 
 What is retried: transport errors that are transient by nature (timeouts,
 network errors, a connection dropped mid-answer) and 502/503/504 answers (the

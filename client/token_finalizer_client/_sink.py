@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from token_finalizer_client._addressing import check_call_id, check_rollout_id, rollout_path
 from token_finalizer_client._retry import asend_with_retries
-from token_finalizer_client._store_connection import StoreConnection, check_id, rollout_path
+from token_finalizer_client._store_connection import StoreConnection
 from token_finalizer_client._wire import WireRequest, parse_answer
 
 __all__ = ["HttpTokenSink"]
@@ -60,19 +61,19 @@ class HttpTokenSink(StoreConnection):
         for an entry the store refuses, APIConnectionError when it is unreachable.
         """
         payload = _entry_payload(entry)
-        rollout_id = check_id(payload.get("rollout_id"), "rollout_id")
-        call_id = check_id(payload.get("model_call_id"), "model_call_id")
+        rollout_id = check_rollout_id(payload.get("rollout_id"))
+        call_id = check_call_id(payload.get("model_call_id"))
         await self._send("PUT", rollout_id, f"calls/{call_id}", payload)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture ("" for the rollout as a whole)."""
-        check_id(rollout_id, "rollout_id")
+        check_rollout_id(rollout_id)
         if model_call_id:
-            check_id(model_call_id, "model_call_id")
+            check_call_id(model_call_id)
         await self._send("POST", rollout_id, "incomplete", {"model_call_id": model_call_id})
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce a call: if its entry is missing at freeze time, the snapshot is incomplete."""
-        check_id(rollout_id, "rollout_id")
-        check_id(model_call_id, "model_call_id")
+        check_rollout_id(rollout_id)
+        check_call_id(model_call_id)
         await self._send("POST", rollout_id, "intents", {"model_call_id": model_call_id})

@@ -1,43 +1,89 @@
-"""One connection to a remote capture store (protocol v1), shared by the sink and the resolver.
+"""Connections to a remote capture store (protocol v1): how a pool is opened, and one connection.
 
-Both are built by a NeMo Gym model server from keyword arguments, open their
-connection pool on first use (inside the server's event loop), retry by the
-package's one policy, and never show their token.
+`StoreEndpoint` is the one place where a pool to a store gets its base URL,
+headers (bearer token, compression), timeouts and limits: the writer sink,
+the lineage resolver and the service's `http` source all open theirs from it,
+each with its own numbers. `StoreConnection` is the sink's and the resolver's
+shared base: built by a NeMo Gym model server from keyword arguments, it opens
+its pool on first use (inside the server's event loop), retries by the
+package's one policy, and never shows its token.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import httpx
 
-from token_finalizer_client._constants import DEFAULT_CONNECTION_LIMITS, DEFAULT_MAX_RETRIES
+from token_finalizer_client._constants import (
+    ACCEPT_ENCODING,
+    CONNECT_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_KEEPALIVE,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_STORE_TIMEOUT_S,
+)
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._retry import RetryPolicy
-from token_finalizer_client._wire import check_base_url, default_headers
+from token_finalizer_client._wire import default_headers
 
-__all__ = ["StoreConnection", "check_id", "rollout_path"]
-
-# The store's id rule (ASCII letters, digits, '.', '_', '-'; not '.' or '..'):
-# checked here so a bad id fails before any request, with the same wording.
-_STORE_ID = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
-_CAPTURE_PATH = "training-token-capture"
-# A connect that takes long means the store is gone; a put may take a while to fsync.
-_CONNECT_TIMEOUT_S = 5.0
+__all__ = ["StoreConnection", "StoreEndpoint"]
 
 
-def check_id(value: object, what: str) -> str:
-    """`value` when it is a store id, else ValueError naming `what`."""
-    if not isinstance(value, str) or not _STORE_ID.fullmatch(value) or value in {".", ".."}:
-        raise ValueError(
-            f"{what} {value!r} must be a non-empty string of ASCII letters, digits, '.', '_' or '-'"
+@dataclass(frozen=True, slots=True)
+class StoreEndpoint:
+    """One capture store as a client reaches it: everything its connection pool is opened with."""
+
+    url: str
+    headers: Mapping[str, str]
+    timeout: httpx.Timeout
+    limits: httpx.Limits
+
+    @classmethod
+    def create(
+        cls,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = DEFAULT_STORE_TIMEOUT_S,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_keepalive: int = DEFAULT_MAX_KEEPALIVE,
+        accept_encoding: str = ACCEPT_ENCODING,
+    ) -> StoreEndpoint:
+        """The endpoint at `url` (trailing slash dropped); ValueError for a bad argument.
+
+        `timeout_s` bounds each read, write and pool wait; a connect gets at
+        most `CONNECT_TIMEOUT_S` of it, since a connect that takes long means
+        the store is gone, while a large snapshot may take long to arrive.
+        """
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ValueError(f"url {url!r} must start with http:// or https://")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        headers = default_headers(token, None)
+        headers["Accept-Encoding"] = accept_encoding
+        return cls(
+            url=url.rstrip("/"),
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_keepalive
+            ),
         )
-    return value
 
+    def __repr__(self) -> str:  # never shows the token
+        return f"{type(self).__name__}(url={self.url!r})"
 
-def rollout_path(rollout_id: str, operation: str) -> str:
-    """`/ng-rollout/{id}/training-token-capture/{operation}`, the id checked first."""
-    return f"/ng-rollout/{check_id(rollout_id, 'rollout_id')}/{_CAPTURE_PATH}/{operation}"
+    def open(self, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+        """A new asyncio connection pool to this store (`transport` replaces the network)."""
+        return httpx.AsyncClient(
+            base_url=self.url,
+            headers=self.headers,
+            timeout=self.timeout,
+            limits=self.limits,
+            transport=transport,
+        )
 
 
 class StoreConnection:
@@ -48,7 +94,7 @@ class StoreConnection:
         *,
         url: str,
         token: str | None = None,
-        timeout: float = 10.0,
+        timeout: float = DEFAULT_STORE_TIMEOUT_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -56,9 +102,8 @@ class StoreConnection:
         self.max_retries = max_retries
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
-        self.url = check_base_url(url)
-        self._headers = default_headers(token, None)
-        self._timeout = httpx.Timeout(timeout, connect=min(timeout, _CONNECT_TIMEOUT_S))
+        self._endpoint = StoreEndpoint.create(url, token=token, timeout_s=timeout)
+        self.url = self._endpoint.url
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._closed = False
@@ -71,13 +116,7 @@ class StoreConnection:
             raise FinalizerError(f"{self!r} is closed")
         if self._client is None:
             # Created on first use, inside the model server's event loop.
-            self._client = httpx.AsyncClient(
-                base_url=self.url,
-                headers=self._headers,
-                timeout=self._timeout,
-                limits=DEFAULT_CONNECTION_LIMITS,
-                transport=self._transport,
-            )
+            self._client = self._endpoint.open(self._transport)
         return self._client
 
     async def close(self) -> None:

@@ -38,7 +38,7 @@ HTTP_MAX_RETRIES = 3
 HTTP_RETRY_BASE_DELAY_S = 0.1
 HTTP_RETRY_MAX_DELAY_S = 2.0
 # Which failures are retried is not tuned here: it is the one retry policy's
-# (token_finalizer_client._retry), shared with the client.
+# (token_finalizer_client.transport), shared with the client.
 
 # zstd for JSON answers (snapshots, finalize answers). A snapshot repeats every
 # prompt prefix, so even fast levels shrink it ~50x. Measured on the 5M-token

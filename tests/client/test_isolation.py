@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import token_finalizer_client
 
 _SERVER_MODULES = ("token_finalizer.", "fastapi", "uvicorn", "starlette", "pydantic")
@@ -58,3 +60,9 @@ def test_every_public_name_is_exported() -> None:
     }
     assert expected <= set(token_finalizer_client.__all__)
     assert all(hasattr(token_finalizer_client, name) for name in token_finalizer_client.__all__)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    """The package's lazy lookup answers a name it does not have with AttributeError."""
+    with pytest.raises(AttributeError, match="no attribute 'FinaliserClient'"):
+        _ = token_finalizer_client.FinaliserClient

@@ -22,13 +22,13 @@ import pytest
 import zstandard
 
 from tests.support.servers import free_port
-from token_finalizer.core.fingerprint import assistant_fingerprint, context_digests
 from token_finalizer_client import (
     HttpLineageResolver,
     LineageMatch,
     LineageResolution,
     ResolutionStatus,
 )
+from token_finalizer_client.protocol import assistant_fingerprint, context_digests
 
 pytestmark = pytest.mark.anyio
 

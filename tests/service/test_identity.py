@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from token_finalizer import InvalidRolloutId, check_store_id, rollout_id_of
+from token_finalizer.core.identity import check_model_call_id
 
 
 def test_explicit_rollout_id_wins() -> None:
@@ -86,3 +87,31 @@ def test_store_ids_outside_the_safe_alphabet_are_refused(bad: object) -> None:
 def test_store_id_accepts_the_safe_alphabet() -> None:
     """A key made of the safe alphabet passes unchanged."""
     assert check_store_id("Run_1.attempt-2") == "Run_1.attempt-2"
+
+
+def test_store_id_refusal_names_the_id_and_the_alphabet() -> None:
+    """A refused key's message quotes it and names the safe alphabet, word for word."""
+    with pytest.raises(InvalidRolloutId) as refused:
+        check_store_id("a/b")
+    assert str(refused.value) == (
+        "rollout id 'a/b' must be a non-empty string of ASCII letters, digits, '.', '_' or '-'"
+    )
+
+
+def test_store_id_of_201_characters_is_refused_with_its_length() -> None:
+    """Ids become file and key names: more than 200 characters is refused, saying how many."""
+    assert check_store_id("r" * 200) == "r" * 200
+    with pytest.raises(InvalidRolloutId) as refused:
+        check_store_id("r" * 201, what="rollout_id")
+    assert str(refused.value) == "rollout_id is 201 characters long; at most 200 are accepted"
+
+
+def test_model_call_id_refusal_is_an_invalid_rollout_id_naming_the_field() -> None:
+    """A bad model call id raises InvalidRolloutId (what stores handle) naming model_call_id."""
+    with pytest.raises(InvalidRolloutId, match=r"^model_call_id '\.\.' must be a non-empty"):
+        check_model_call_id("..")
+
+
+def test_model_call_id_accepts_the_safe_alphabet() -> None:
+    """A call id made of the safe alphabet passes unchanged."""
+    assert check_model_call_id("call_1.retry-2") == "call_1.retry-2"

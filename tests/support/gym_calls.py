@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from token_finalizer.core.fingerprint import (
+from token_finalizer.core.token_digest import token_digest
+from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     assistant_fingerprint,
     conversation_digest,
 )
-from token_finalizer.core.token_digest import token_digest
 
 __all__ = ["Conversation", "assistant_says", "committed_call", "user_says"]
 

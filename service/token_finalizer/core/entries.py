@@ -18,7 +18,7 @@ import numpy as np
 from token_finalizer._constants import TOKEN_ENTRY_SCHEMA_VERSION
 from token_finalizer.core.codec import PromptReuse, loads_with_token_arrays
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError
-from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_fields import Lineage, parse_lineage
 
 __all__ = ["Snapshot", "TokenEntry"]
@@ -119,7 +119,7 @@ class TokenEntry:
                 raise TokenEntryError(f"{key} is missing")
         try:
             rollout_id = check_store_id(data["rollout_id"], what="rollout_id")
-            model_call_id = check_store_id(data["model_call_id"], what="model_call_id")
+            model_call_id = check_model_call_id(data["model_call_id"])
         except InvalidRolloutId as exc:
             raise TokenEntryError(str(exc)) from None
         model = data.get("model", "")

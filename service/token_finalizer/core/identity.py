@@ -1,7 +1,11 @@
-"""Rollout identity: the capture key derived from a finished record.
+"""Rollout identity: the capture key derived from a finished record, and the store id checks.
 
 Model servers put the same id into `/ng-rollout/<id>/training-token-capture`,
 so the string must survive unchanged as a file name and as a URL path segment.
+The id rule itself is the wire contract's (`token_finalizer_client.protocol`,
+docs/records-and-builds.md#store-id-rule), shared with every writer; here its
+refusals become `InvalidRolloutId`, the error every store and the finalize
+path handle.
 """
 
 from __future__ import annotations
@@ -9,35 +13,34 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from token_finalizer._constants import MAX_ID_LENGTH
 from token_finalizer.core.errors import InvalidRolloutId
+from token_finalizer_client.protocol import InvalidIdError, check_call_id, check_rollout_id
 
-__all__ = ["check_store_id", "rollout_id_of"]
+__all__ = ["check_model_call_id", "check_store_id", "rollout_id_of"]
 
 # ASCII only: `str.isalnum` and `\w` would admit look-alike letters from other scripts.
-_STORE_ID = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
 _RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)
 
 
 def check_store_id(value: object, *, what: str = "rollout id") -> str:
-    """Return `value` when it is a safe store key, else raise InvalidRolloutId.
+    """Return `value` when it is a safe rollout store key, else raise InvalidRolloutId.
 
     Runs before any path or URL is built from the id, so `..`, slashes,
-    percent-escapes, spaces, NUL and non-ASCII never reach the file system.
+    percent-escapes, spaces, NUL, non-ASCII and overlong ids never reach the
+    file system or a key name.
     """
-    if not isinstance(value, str) or not _STORE_ID.fullmatch(value) or value in {".", ".."}:
-        shown = value
-        if isinstance(value, str) and len(value) > MAX_ID_LENGTH:
-            shown = f"{value[:MAX_ID_LENGTH]}..."
-        raise InvalidRolloutId(
-            f"{what} {shown!r} must be a non-empty string of ASCII letters, digits, '.', '_' or '-'"
-        )
-    if len(value) > MAX_ID_LENGTH:
-        # Ids become file names (with suffixes) and key names: bounded, and named in docs.
-        raise InvalidRolloutId(
-            f"{what} is {len(value)} characters long; at most {MAX_ID_LENGTH} are accepted"
-        )
-    return value
+    try:
+        return check_rollout_id(value, what)
+    except InvalidIdError as invalid:
+        raise InvalidRolloutId(str(invalid)) from None
+
+
+def check_model_call_id(value: object, *, what: str = "model_call_id") -> str:
+    """Return `value` when it is a safe model call id, else raise InvalidRolloutId."""
+    try:
+        return check_call_id(value, what)
+    except InvalidIdError as invalid:
+        raise InvalidRolloutId(str(invalid)) from None
 
 
 def _as_index(record: dict[str, Any], key: str) -> int:

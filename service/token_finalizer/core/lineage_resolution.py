@@ -25,14 +25,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from token_finalizer.core.fingerprint import (
+from token_finalizer.core.lineage_fields import CallView, lineage_field
+from token_finalizer.core.token_digest import token_digest
+from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     FingerprintError,
     assistant_fingerprint,
     context_digests,
 )
-from token_finalizer.core.lineage_fields import CallView, lineage_field
-from token_finalizer.core.token_digest import token_digest
 
 __all__ = [
     "MAX_DELTA_DEPTH",

@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from token_finalizer.core.fingerprint import (
+from token_finalizer.core.lineage_fields import CallView, lineage_field
+from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     FingerprintError,
     assistant_fingerprint,
     is_model_authored,
 )
-from token_finalizer.core.lineage_fields import CallView, lineage_field
 
 __all__ = [
     "TERMINAL_CALL_KEY",

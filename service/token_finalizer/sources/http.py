@@ -4,7 +4,7 @@ Finalizer side only (freeze, drop, ping, close). One pooled AsyncClient per
 source, opened with the source and closed with it. Freeze and drop are both
 safe to repeat (freeze is idempotent, drop is conditional on the exact
 snapshot), so they go through the project's one retry policy,
-`token_finalizer_client._retry.RetryPolicy` (transient transport errors and
+`token_finalizer_client.transport.RetryPolicy` (transient transport errors and
 502/503/504 are retried with jittered exponential backoff; any other answer
 stands), with this source's own attempt count and delays.
 
@@ -24,7 +24,6 @@ import httpx
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
-    HTTP_CONNECT_TIMEOUT_S,
     HTTP_DEADLINE_TIMEOUTS,
     HTTP_MAX_ANSWER_BYTES,
     HTTP_MAX_CONNECTIONS,
@@ -47,9 +46,15 @@ from token_finalizer.core.errors import (
     StoreUnreachable,
     describe_exception,
 )
+from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redact
-from token_finalizer.core.store_protocol import rollout_path
-from token_finalizer_client._retry import RETRY_STATUSES, RetryPolicy, is_retryable_error
+from token_finalizer_client.protocol import rollout_path
+from token_finalizer_client.transport import (
+    RETRY_STATUSES,
+    RetryPolicy,
+    StoreEndpoint,
+    is_retryable_error,
+)
 
 __all__ = ["HttpTokenSource"]
 
@@ -105,36 +110,25 @@ class HttpTokenSource:
         max_retries: int = HTTP_MAX_RETRIES,
         deadline_s: float | None = None,
     ) -> None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"url {url!r} must start with http:// or https://")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        if token == "":
-            raise ValueError("token is empty; pass None for no token")
-        base_url = url.rstrip("/")
+        # The store's headers (bearer token, zstd), timeouts and pool limits are set
+        # up as the client package's sink does; ValueError for a bad argument.
+        endpoint = StoreEndpoint.create(
+            url,
+            token=token,
+            timeout_s=timeout_s,
+            max_connections=HTTP_MAX_CONNECTIONS,
+            max_keepalive=HTTP_MAX_KEEPALIVE,
+            accept_encoding="zstd",  # kept compressed here, decoded off the event loop
+        )
         # Shown in messages, /ready and logs: never the credentials a URL may hold.
-        self.url = redact(base_url)
+        self.url = redact(endpoint.url)
         # The whole of one freeze (all tries, all bytes); see docs/configuration.md.
         self.deadline_s = deadline_s or timeout_s * HTTP_DEADLINE_TIMEOUTS
         self._retry = RetryPolicy(
             max_retries, base_delay_s=HTTP_RETRY_BASE_DELAY_S, max_delay_s=HTTP_RETRY_MAX_DELAY_S
         )
         self.max_retries = max_retries
-        headers = {"Accept": "application/json", "Accept-Encoding": "zstd"}
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.AsyncClient(
-            base_url=base_url,
-            headers=headers,
-            # A connect that takes long means the host is gone; reads of a large
-            # snapshot get the whole configured timeout between bytes.
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, HTTP_CONNECT_TIMEOUT_S)),
-            limits=httpx.Limits(
-                max_connections=HTTP_MAX_CONNECTIONS,
-                max_keepalive_connections=HTTP_MAX_KEEPALIVE,
-            ),
-            transport=transport,
-        )
+        self._client = endpoint.open(transport)
         self._closed = False
 
     def __repr__(self) -> str:  # never shows the token
@@ -214,7 +208,7 @@ class HttpTokenSource:
 
     async def freeze(self, rollout_id: str) -> Snapshot:
         """Freeze the rollout in the remote store and return its snapshot."""
-        path = rollout_path(rollout_id, "freeze")
+        path = rollout_path(check_store_id(rollout_id), "freeze")
         what = f"freeze of rollout {rollout_id}"
         try:
             # One deadline for the whole freeze, retries and every byte included:
@@ -294,7 +288,7 @@ class HttpTokenSource:
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Retire exactly that snapshot in the remote store."""
-        path = rollout_path(rollout_id, "drop")
+        path = rollout_path(check_store_id(rollout_id), "drop")
         what = f"drop of rollout {rollout_id}"
         answer = await self._send(
             "POST", path, what, json={"snapshot_id": snapshot_id, "version": version}

@@ -14,7 +14,7 @@ from typing import Any
 
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict
-from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.sources._entries import entry_payload, same_payload
 from token_finalizer.sources._lineage import resolve_committed
@@ -98,7 +98,7 @@ class MemoryTokenStore:
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture (allowed after freeze)."""
         if model_call_id:
-            check_store_id(model_call_id, what="model_call_id")
+            check_model_call_id(model_call_id)
         with self._lock:
             rollout = self._rollout(rollout_id)
             rollout.state.mark_incomplete(rollout_id)
@@ -107,7 +107,7 @@ class MemoryTokenStore:
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce a call; a snapshot missing its entry is incomplete."""
-        check_store_id(model_call_id, what="model_call_id")
+        check_model_call_id(model_call_id)
         with self._lock:
             rollout = self._rollout(rollout_id)
             rollout.state.check_writable(rollout_id)

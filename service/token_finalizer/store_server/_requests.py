@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.identity import check_model_call_id
 from token_finalizer.core.lineage_resolution import ResolutionRequestError, resolve_lineage
 from token_finalizer.sources.base import LineageQuery
 from token_finalizer.web.errors import HttpError
@@ -39,14 +39,14 @@ def optional_call_id(body: dict[str, Any]) -> str:
     value = body.get("model_call_id", "")
     if value is None or value == "":
         return ""
-    return check_store_id(value, what="model_call_id")
+    return check_model_call_id(value)
 
 
 def required_call_id(body: dict[str, Any]) -> str:
     """`model_call_id` of an announced call."""
     if "model_call_id" not in body:
         raise HttpError(422, "model_call_id is missing")
-    return check_store_id(body["model_call_id"], what="model_call_id")
+    return check_model_call_id(body["model_call_id"])
 
 
 def drop_target(body: dict[str, Any]) -> tuple[str, int]:

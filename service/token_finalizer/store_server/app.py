@@ -22,8 +22,7 @@ from token_finalizer.core.errors import (
     StoreFull,
     TokenEntryError,
 )
-from token_finalizer.core.identity import check_store_id
-from token_finalizer.core.store_protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
+from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.sources.base import CaptureStore
 from token_finalizer.store_server._answers import freeze_answer, resolve_answer
 from token_finalizer.store_server._requests import (
@@ -38,6 +37,7 @@ from token_finalizer.web.answers import error_response, json_response
 from token_finalizer.web.auth import BearerTokenGuard
 from token_finalizer.web.body import JsonBody, read_json_object
 from token_finalizer.web.errors import StatusTable, install_error_handlers
+from token_finalizer_client.protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
 
 __all__ = ["PROTOCOL_PREFIX", "create_store_app"]
 
@@ -129,7 +129,7 @@ def create_store_app(
     @app.put(PROTOCOL_PREFIX + "/calls/{model_call_id}")
     async def put_call(rollout_id: str, model_call_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        check_store_id(model_call_id, what="model_call_id")
+        check_model_call_id(model_call_id)
         body = (await _read(request)).data
         await store.put(call_entry(body, rollout_id, model_call_id))
         return json_response({"stored": True})

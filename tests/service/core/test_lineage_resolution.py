@@ -9,11 +9,6 @@ import numpy as np
 import pytest
 
 from tests.support.vectors import case_ids, load_vectors, wire_entry
-from token_finalizer.core.fingerprint import (
-    FINGERPRINT_VERSION,
-    assistant_fingerprint,
-    context_digests,
-)
 from token_finalizer.core.lineage_resolution import (
     MAX_DELTA_DEPTH,
     Resolution,
@@ -23,6 +18,11 @@ from token_finalizer.core.lineage_resolution import (
     resolve_lineage,
 )
 from token_finalizer.core.token_digest import token_digest
+from token_finalizer_client.protocol import (
+    FINGERPRINT_VERSION,
+    assistant_fingerprint,
+    context_digests,
+)
 
 CASES = load_vectors("resolution.json")["cases"]
 WIRE_CASES = [case for case in CASES if case["request"] is not None]

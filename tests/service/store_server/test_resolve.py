@@ -20,14 +20,14 @@ from tests.support.redis import redis_url as find_redis_url
 from tests.support.redis import unique_prefix
 from tests.support.vectors import case_ids, load_vectors
 from token_finalizer import FileTokenStore, MemoryTokenStore
-from token_finalizer.core.fingerprint import (
+from token_finalizer.sources.redis import RedisTokenStore
+from token_finalizer.store_server import create_store_app
+from token_finalizer_client import HttpLineageResolver, ResolutionStatus
+from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     assistant_fingerprint,
     context_digests,
 )
-from token_finalizer.sources.redis import RedisTokenStore
-from token_finalizer.store_server import create_store_app
-from token_finalizer_client import HttpLineageResolver, ResolutionStatus
 
 pytestmark = pytest.mark.anyio
 

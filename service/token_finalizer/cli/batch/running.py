@@ -44,7 +44,7 @@ async def in_order(
     The target is closed either way.
     """
     from token_finalizer.cli.batch.targets import BatchAbortedError
-    from token_finalizer_client._ordered import ordered_map
+    from token_finalizer_client.transport import ordered_map
 
     try:
         results = ordered_map(lambda item: step(target, item), items, concurrency=concurrency)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, StoreUnreachable
-from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_committed
@@ -68,7 +68,7 @@ def _cut_torn_tail(files: CaptureFiles, read: os.stat_result, offset: int) -> No
 def _index_line(files: CaptureFiles, state: CaptureState, line: bytes, offset: int) -> None:
     try:
         call_id = loads_json(line)["model_call_id"]
-        check_store_id(call_id, what="model_call_id")
+        check_model_call_id(call_id)
     except (ValueError, TypeError, KeyError) as exc:
         raise CaptureCorrupt(
             f"{files.jsonl.name}: unreadable line at byte {offset} followed by more data "
@@ -210,7 +210,7 @@ class FileTokenStore:
     def _mark_incomplete(self, rollout_id: str, model_call_id: str) -> None:
         files = self._files(rollout_id)
         if model_call_id:
-            check_store_id(model_call_id, what="model_call_id")
+            check_model_call_id(model_call_id)
         with files.locked(exclusive=True):
             files.check_files()
             state = files.read_state()
@@ -219,7 +219,7 @@ class FileTokenStore:
 
     def _begin_call(self, rollout_id: str, model_call_id: str) -> None:
         files = self._files(rollout_id)
-        check_store_id(model_call_id, what="model_call_id")
+        check_model_call_id(model_call_id)
         with files.locked(exclusive=True):
             files.check_files()
             files.read_state().check_writable(rollout_id)

@@ -31,7 +31,7 @@ from token_finalizer._constants import (
 )
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceUnavailable
-from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_committed
@@ -152,7 +152,7 @@ class RedisTokenStore:
         """Record that a call of this rollout failed to capture (allowed after freeze)."""
         check_store_id(rollout_id)
         if model_call_id:
-            check_store_id(model_call_id, what="model_call_id")
+            check_model_call_id(model_call_id)
         reply = await self._redis.run(
             "mark_incomplete", rollout_id, (model_call_id, self._abandoned_ms), "mark_incomplete"
         )
@@ -164,7 +164,7 @@ class RedisTokenStore:
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce a call; if its entry is missing at freeze time the snapshot is incomplete."""
         check_store_id(rollout_id)
-        check_store_id(model_call_id, what="model_call_id")
+        check_model_call_id(model_call_id)
         reply = await self._redis.run(
             "begin_call", rollout_id, (model_call_id, self._abandoned_ms), "begin_call"
         )

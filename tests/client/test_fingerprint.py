@@ -1,11 +1,11 @@
-"""The client's fingerprints are the service's, bit for bit, with orjson and without it.
+"""Fingerprints v2 (`token_finalizer_client.protocol`), bit-exact with NeMo Gym 0.7.0.
 
-`token_finalizer_client._fingerprint` cannot import the service, so it carries
-its own implementation; these tests run it and the service's
-`token_finalizer.core.fingerprint` over the committed NeMo Gym 0.7 vectors and
-over random item lists. Each runs twice: with orjson (the client's `fast`
-extra) and with the standard-library canonical JSON a client-only install
-uses, which is also compared with orjson directly.
+The project's one implementation: the lineage resolver hashes requests with
+it and the service's core compares against it. Every vector test runs twice:
+with orjson (the service, and a client with the `fast` extra) and with the
+standard-library canonical JSON a client-only install uses; random item
+lists hash alike both ways, and the standard-library encoder is compared
+with orjson directly.
 """
 
 from __future__ import annotations
@@ -15,37 +15,50 @@ import math
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.vectors import case_ids, load_vectors
-from token_finalizer.core import fingerprint as server
-from token_finalizer_client import _fingerprint as client
+from token_finalizer_client import _fingerprint as fingerprint
+from token_finalizer_client.protocol import (
+    FINGERPRINT_VERSION,
+    FingerprintError,
+    assistant_fingerprint,
+    canonical_arguments,
+    canonical_json,
+    context_digests,
+    conversation_digest,
+    is_model_authored,
+)
 
 VECTORS = load_vectors("fingerprints.json")
 ARGUMENTS = VECTORS["canonical_arguments"]
 ITEMS = VECTORS["items"]
+VALID_ITEMS = [case for case in ITEMS if "value" in case["conversation_digest"]]
 
 
 @pytest.fixture(params=["orjson", "stdlib"])
-def canonical(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The client's canonical JSON by orjson, then by the standard library alone."""
-    assert client._orjson is not None, "orjson is a test dependency (via the service)"
-    if request.param == "stdlib":
-        monkeypatch.setattr(client, "_orjson", None)
-    return str(request.param)
+def encoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Canonical JSON by orjson, then by the standard library alone."""
+    assert fingerprint._orjson is not None, "orjson is a test dependency (via the service)"
+    if request.param == "orjson":
+        yield "orjson"
+    else:
+        with mock.patch.object(fingerprint, "_orjson", None):
+            yield "stdlib"
 
 
 def _outcome(function: Callable[[Any], Any], argument: Any) -> tuple[str, Any]:
     """("value", result), or ("invalid", None) when the input is refused as not fingerprintable."""
     try:
         return "value", function(argument)
-    except ValueError:
+    except FingerprintError:
         return "invalid", None
 
 
@@ -56,45 +69,133 @@ def _expected(case: dict[str, Any]) -> tuple[str, Any]:
 # -- the committed vectors ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ITEMS, ids=case_ids(ITEMS))
-def test_assistant_fingerprint_matches_the_vector(canonical: str, case: dict[str, Any]) -> None:
-    """The client's assistant_fingerprint is the vector's (and the service's), or both refuse."""
-    expected = _expected(case["assistant_fingerprint"])
-    assert _outcome(client.assistant_fingerprint, case["items"]) == expected
-    assert _outcome(server.assistant_fingerprint, case["items"]) == expected
-
-
-@pytest.mark.parametrize("case", ITEMS, ids=case_ids(ITEMS))
-def test_conversation_digest_matches_the_vector(canonical: str, case: dict[str, Any]) -> None:
-    """The client's conversation_digest is the vector's (and the service's), or both refuse."""
-    expected = _expected(case["conversation_digest"])
-    assert _outcome(client.conversation_digest, case["items"]) == expected
-    assert _outcome(server.conversation_digest, case["items"]) == expected
-
-
-@pytest.mark.parametrize("case", ITEMS, ids=case_ids(ITEMS))
-def test_context_digests_match_the_service(canonical: str, case: dict[str, Any]) -> None:
-    """context_digests of every vector's items equal the service's (or both refuse)."""
-    items = case["items"] or []
-    assert _outcome(client.context_digests, items) == _outcome(server.context_digests, items)
-
-
 @pytest.mark.parametrize("case", ARGUMENTS, ids=case_ids(ARGUMENTS))
-def test_tool_arguments_canonicalize_as_the_vector(canonical: str, case: dict[str, Any]) -> None:
-    """Tool-call arguments canonicalize to the vector's text, or are refused as it says."""
-    expected = _expected(case)
-    decoded = _outcome(lambda value: client._arguments(value).decode("utf-8"), case["value"])
-    assert decoded == expected
+def test_canonical_arguments_match_reference(encoder: str, case: dict[str, Any]) -> None:
+    """Tool-call arguments canonicalize exactly as the reference does, or are refused as it says."""
+    assert _outcome(canonical_arguments, case["value"]) == _expected(case)
 
 
-def test_resolution_vectors_hash_the_same(canonical: str) -> None:
-    """The wire form of every resolution vector is what the client computes from its items."""
+@pytest.mark.parametrize("case", ITEMS, ids=case_ids(ITEMS))
+def test_assistant_fingerprint_matches_reference(encoder: str, case: dict[str, Any]) -> None:
+    """assistant_fingerprint equals the reference hex (or "" / invalid input)."""
+    expected = _expected(case["assistant_fingerprint"])
+    assert _outcome(assistant_fingerprint, case["items"]) == expected
+
+
+@pytest.mark.parametrize("case", ITEMS, ids=case_ids(ITEMS))
+def test_conversation_digest_matches_reference(encoder: str, case: dict[str, Any]) -> None:
+    """conversation_digest equals the reference hex, or the input is invalid."""
+    expected = _expected(case["conversation_digest"])
+    assert _outcome(conversation_digest, case["items"]) == expected
+
+
+@pytest.mark.parametrize("case", VALID_ITEMS, ids=case_ids(VALID_ITEMS))
+def test_context_digests_are_the_prefix_digests(encoder: str, case: dict[str, Any]) -> None:
+    """context_digests(items)[k] == conversation_digest(items[:k]) for every k."""
+    items = case["items"] or []
+    expected = [conversation_digest(items[:k]) for k in range(len(items) + 1)]
+    assert context_digests(items) == expected
+    assert expected[-1] == case["conversation_digest"]["value"]
+
+
+def test_resolution_vectors_hash_the_same(encoder: str) -> None:
+    """The wire form of every resolution vector is what the items hash to."""
     for case in load_vectors("resolution.json")["cases"]:
         if case["request"] is None:
             continue
         items = case["request_items"]
-        assert client.assistant_fingerprint(items) == case["request"]["fingerprint"]
-        assert client.context_digests(items) == case["request"]["context_digests"]
+        assert assistant_fingerprint(items) == case["request"]["fingerprint"]
+        assert context_digests(items) == case["request"]["context_digests"]
+
+
+# -- the rules, one at a time ------------------------------------------------------------------
+
+
+def test_version_is_two() -> None:
+    """The fingerprint algorithm version stamped on entries is 2."""
+    assert FINGERPRINT_VERSION == 2
+
+
+def test_fingerprint_error_is_a_value_error() -> None:
+    """Callers catching ValueError also catch invalid fingerprint input."""
+    assert issubclass(FingerprintError, ValueError)
+
+
+def test_no_model_authored_item_gives_empty_fingerprint() -> None:
+    """Without an assistant message or function call the fingerprint is "" (not a hash)."""
+    assert assistant_fingerprint([{"role": "user", "content": "hi"}]) == ""
+
+
+def test_user_turns_do_not_change_the_fingerprint() -> None:
+    """Only model-authored items feed the fingerprint; the context digest sees the rest."""
+    answer = {"role": "assistant", "content": "4"}
+    first = [{"role": "user", "content": "2+2?"}, answer]
+    second = [{"role": "user", "content": "two plus two?"}, answer]
+    assert assistant_fingerprint(first) == assistant_fingerprint(second)
+    assert conversation_digest(first) != conversation_digest(second)
+
+
+def test_reserialized_arguments_fingerprint_the_same() -> None:
+    """Re-encoding a call's JSON arguments (spacing, key order) keeps the fingerprint."""
+
+    def call(arguments: str) -> list[dict[str, Any]]:
+        return [{"type": "function_call", "call_id": "c", "name": "f", "arguments": arguments}]
+
+    compact = assistant_fingerprint(call('{"a":1,"b":[2,3]}'))
+    assert compact == assistant_fingerprint(call('{ "b": [2, 3], "a": 1 }'))
+
+
+def test_tool_output_changes_the_context_digest_only() -> None:
+    """A tool result is context: it changes the digest, not the fingerprint."""
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+    one = [call, {"type": "function_call_output", "call_id": "c", "output": "1"}]
+    two = [call, {"type": "function_call_output", "call_id": "c", "output": "2"}]
+    assert assistant_fingerprint(one) == assistant_fingerprint(two)
+    assert conversation_digest(one) != conversation_digest(two)
+
+
+def test_deeply_nested_arguments_raise_fingerprint_error() -> None:
+    """Arguments nested past the parser's recursion limit are invalid, not a RecursionError."""
+    with pytest.raises(FingerprintError):
+        canonical_arguments("[" * 5000 + "]" * 5000)
+
+
+def test_invalid_item_in_context_digests_raises() -> None:
+    """context_digests refuses an item that is not a JSON object."""
+    with pytest.raises(FingerprintError):
+        context_digests([{"role": "user", "content": "x"}, "not an item"])
+
+
+def test_context_digests_of_nothing_is_the_empty_digest() -> None:
+    """With no items, context_digests is [conversation_digest([])]."""
+    assert context_digests([]) == [conversation_digest([])]
+
+
+def test_canonical_json_sorts_keys_compactly(encoder: str) -> None:
+    """canonical_json writes sorted keys, no spaces, raw UTF-8, NaN as null."""
+    value = {"b": [1.0, float("nan")], "a": "é"}
+    assert canonical_json(value) == '{"a":"é","b":[1.0,null]}'.encode()
+
+
+def test_canonical_json_refuses_ints_beyond_uint64(encoder: str) -> None:
+    """An integer of 2**64 or more cannot be canonical JSON."""
+    with pytest.raises(FingerprintError):
+        canonical_json({"x": 2**64})
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ({"role": "assistant"}, True),
+        ({"type": "function_call"}, True),
+        ({"type": "message", "role": "user"}, False),
+        ({"type": "reasoning"}, False),
+        ({"type": "function_call_output"}, False),
+    ],
+)
+def test_model_authored_items(item: dict[str, Any], expected: bool) -> None:
+    """Assistant messages and function calls are model-authored; reasoning and results are not."""
+    assert is_model_authored(item) is expected
 
 
 # -- random item lists ---------------------------------------------------------------------------
@@ -212,30 +313,38 @@ _DIALECT_ITEMS = st.one_of(
 _ITEM_LISTS = st.lists(_DIALECT_ITEMS, max_size=6) | st.lists(
     st.one_of(_DIALECT_ITEMS, _WILD_ITEMS, _JSON), max_size=5
 )
-_PARITY = settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_EITHER_ENCODER = settings(max_examples=150)
 
 
-@_PARITY
+def _both_encoders(function: Callable[[Any], Any], items: list[Any]) -> list[tuple[str, Any]]:
+    """`function(items)` with orjson's canonical JSON, then with the standard library's."""
+    with_orjson = _outcome(function, items)
+    with mock.patch.object(fingerprint, "_orjson", None):
+        with_stdlib = _outcome(function, items)
+    return [with_orjson, with_stdlib]
+
+
+@_EITHER_ENCODER
 @given(items=_ITEM_LISTS)
-def test_random_items_fingerprint_as_the_service(canonical: str, items: list[Any]) -> None:
-    """Random items: the client's assistant fingerprint equals the service's (or both refuse)."""
-    assert _outcome(client.assistant_fingerprint, items) == _outcome(
-        server.assistant_fingerprint, items
-    )
+def test_random_items_fingerprint_alike_with_either_encoder(items: list[Any]) -> None:
+    """Random items: the assistant fingerprint is the same with or without orjson (or refused)."""
+    with_orjson, with_stdlib = _both_encoders(assistant_fingerprint, items)
+    assert with_orjson == with_stdlib
 
 
-@_PARITY
+@_EITHER_ENCODER
 @given(items=_ITEM_LISTS)
-def test_random_items_digest_as_the_service(canonical: str, items: list[Any]) -> None:
-    """Random items: every prefix digest of the client equals the service's (or both refuse)."""
-    assert _outcome(client.context_digests, items) == _outcome(server.context_digests, items)
+def test_random_items_digest_alike_with_either_encoder(items: list[Any]) -> None:
+    """Random items: every prefix digest is the same with or without orjson (or refused)."""
+    with_orjson, with_stdlib = _both_encoders(context_digests, items)
+    assert with_orjson == with_stdlib
 
 
 # -- the standard-library canonical JSON against orjson ---------------------------------------
 
 
 def _stdlib(value: Any) -> tuple[str, Any]:
-    return _outcome(lambda v: client._StdlibCanonical().encode(v), value)
+    return _outcome(lambda v: fingerprint._StdlibCanonical().encode(v), value)
 
 
 def _orjson(value: Any) -> tuple[str, Any]:
@@ -324,11 +433,11 @@ def test_client_only_install_hashes_the_vectors() -> None:
     ]
     probe = (
         "import json, sys; sys.modules['orjson'] = None\n"
-        "from token_finalizer_client import _fingerprint as f\n"
+        "from token_finalizer_client import _fingerprint, protocol as p\n"
         "cases = json.load(sys.stdin)\n"
-        "print(json.dumps([f._orjson is None]"
-        " + [f.assistant_fingerprint(c['items']) for c in cases]"
-        " + [f.conversation_digest(c['items']) for c in cases]))"
+        "print(json.dumps([_fingerprint._orjson is None]"
+        " + [p.assistant_fingerprint(c['items']) for c in cases]"
+        " + [p.conversation_digest(c['items']) for c in cases]))"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe],

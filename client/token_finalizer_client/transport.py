@@ -1,0 +1,33 @@
+"""The HTTP side both distributions share: retry policy, store connections, ordered concurrency.
+
+The service's `http` capture source and its offline batch commands use these,
+as the client's own classes do, so each rule is written once
+(docs/architecture.md#token_finalizer_client):
+
+- the one retry policy: `RetryPolicy` (attempts, jittered exponential
+  backoff, `Retry-After`), what is retried (`is_retryable_error`,
+  `TRANSIENT_ERRORS`, `RETRY_STATUSES`);
+- capture-store connections: `StoreEndpoint` (base URL, bearer token,
+  compression, timeouts, pool limits) and `StoreConnection` (the sink's and
+  the resolver's pooled, retried connection);
+- `ordered_map`: bounded concurrency with results in input order.
+
+It needs httpx and stamina; the pure wire contract is `token_finalizer_client.protocol`.
+"""
+
+from __future__ import annotations
+
+from token_finalizer_client._constants import RETRY_STATUSES
+from token_finalizer_client._ordered import ordered_map
+from token_finalizer_client._retry import TRANSIENT_ERRORS, RetryPolicy, is_retryable_error
+from token_finalizer_client._store_connection import StoreConnection, StoreEndpoint
+
+__all__ = [
+    "RETRY_STATUSES",
+    "TRANSIENT_ERRORS",
+    "RetryPolicy",
+    "StoreConnection",
+    "StoreEndpoint",
+    "is_retryable_error",
+    "ordered_map",
+]
