@@ -283,6 +283,9 @@ def resolve_ledger(
     ``cum_len``) collapse to the smallest call id, so an identical retry
     resolves. None: ``no_match``; several different: ``ambiguous``; a row that
     cannot be read: ``lookup_error``. Never raises for a broken row.
+
+    ``rows`` may be all of the rollout's rows or only those a store indexed
+    under the request's fingerprint: other rows never match.
     """
     if not fingerprint:
         return LedgerResolution(ROOT, "", None)
