@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from token_finalizer.core.staging._arrays import FloatColumn, TokenColumn
 from token_finalizer.core.staging._wire import Fields, StagingRecordError
 from token_finalizer.core.staging.digests import (
@@ -109,6 +111,12 @@ class StagedCallBaseSnapshot:
     def __post_init__(self) -> None:
         _validate_snapshot(self, Fields(type(self).__name__))
 
+    def __eq__(self, other: object) -> bool:
+        """Same type and same fields, columns compared by value."""
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(_same(getattr(self, name), getattr(other, name)) for name in _fields_of(self))
+
     @property
     def staging_key(self) -> str:
         """The default key of this call in a staging store: ``rollout_id/model_call_id``."""
@@ -142,6 +150,16 @@ class StagedCallBaseSnapshot:
             "chain_hash": self.chain_hash,
             "cumulative_hash": self.cumulative_hash,
         }
+
+
+def _fields_of(snapshot: StagedCallBaseSnapshot) -> tuple[str, ...]:
+    return _RECORD_FIELDS if isinstance(snapshot, StagedCallRecord) else _SNAPSHOT_FIELDS
+
+
+def _same(first: object, second: object) -> bool:
+    if isinstance(first, np.ndarray) and isinstance(second, np.ndarray):
+        return bool(np.array_equal(first, second))
+    return first == second
 
 
 def _validate_snapshot(snapshot: StagedCallBaseSnapshot, fields: Fields) -> None:

@@ -146,3 +146,34 @@ def test_stage_result_round_trips() -> None:
     """A failed stage result writes its wire form."""
     result = StageResult(ok=False, error="parent_not_staged: x")
     assert StageResult.from_json(result.to_json()) == result
+
+
+def test_records_compare_by_value() -> None:
+    """Two reads of one wire form are equal; a record never equals its base snapshot."""
+    record = StagedCallRecord.from_json(_golden_record())
+    assert record == StagedCallRecord.from_json(_golden_record())
+    assert record != record.base_snapshot()
+    assert record.base_snapshot() == record.base_snapshot()
+
+
+def test_records_with_one_field_changed_differ() -> None:
+    """Records differing only in a field (here the weight version) are not equal."""
+    first = build_staged_call(
+        rollout_id="r",
+        model_call_id="c",
+        parent=None,
+        prompt_token_ids=[1],
+        generated_token_ids=[2],
+        generated_log_probs=[-0.5],
+        weight_version=0,
+    )
+    second = build_staged_call(
+        rollout_id="r",
+        model_call_id="c",
+        parent=None,
+        prompt_token_ids=[1],
+        generated_token_ids=[2],
+        generated_log_probs=[-0.5],
+        weight_version=1,
+    )
+    assert first != second
