@@ -1,7 +1,6 @@
 """Regenerate the core_*.json staging vectors in this directory (run by hand, never in CI).
 
-    /work/scratch/venv313-core/bin/python \\
-        tests/vectors/nemo_gym_0_7_staging/generate_core.py --reference PATH/nemo_gym
+    python3.13 tests/vectors/nemo_gym_0_7_staging/generate_core.py --reference PATH/nemo_gym
 
 ``--reference`` is the ``nemo_gym`` directory of the unpacked 0.7.0 wheel
 (``pip download --no-deps --ignore-requires-python nemo-gym==0.7.0``, then

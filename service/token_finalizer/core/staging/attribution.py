@@ -22,14 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from token_finalizer.core.fingerprint import (
+from token_finalizer.core.staging.manifest import CallRecord
+from token_finalizer.core.terminal import TERMINAL_CALL_KEY, TERMINAL_RESPONSE_ID_KEY
+from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     FingerprintError,
     assistant_fingerprint,
     is_model_authored,
 )
-from token_finalizer.core.staging.manifest import CallRecord
-from token_finalizer.core.terminal import TERMINAL_CALL_KEY, TERMINAL_RESPONSE_ID_KEY
 
 __all__ = [
     "SELECTION_AMBIGUOUS",

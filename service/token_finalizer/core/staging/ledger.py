@@ -23,12 +23,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from token_finalizer.core.fingerprint import (
-    FINGERPRINT_VERSION,
-    FingerprintError,
-    assistant_fingerprint,
-    context_digests,
-)
 from token_finalizer.core.lineage_resolution import RESOLVED, ROOT, UNRESOLVED
 from token_finalizer.core.staging._wire import Fields, StagingRecordError
 from token_finalizer.core.staging.digests import is_hex_digest
@@ -38,6 +32,12 @@ from token_finalizer.core.staging.manifest import (
     CallRecord,
     ManifestFailure,
     RolloutManifest,
+)
+from token_finalizer_client.protocol import (
+    FINGERPRINT_VERSION,
+    FingerprintError,
+    assistant_fingerprint,
+    context_digests,
 )
 
 __all__ = [

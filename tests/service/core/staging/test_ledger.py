@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from tests.support.staging_core_vectors import case_ids, load_core_vectors
-from token_finalizer.core.fingerprint import assistant_fingerprint, conversation_digest
 from token_finalizer.core.staging import (
     CallRecord,
     LedgerConflict,
@@ -21,6 +20,7 @@ from token_finalizer.core.staging import (
     resolve_ledger,
     resolve_ledger_items,
 )
+from token_finalizer_client.protocol import assistant_fingerprint, conversation_digest
 
 VECTORS = load_core_vectors("core_ledger.json")
 WRITES = VECTORS["writes"]
