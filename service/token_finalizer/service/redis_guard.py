@@ -46,7 +46,7 @@ from redis.exceptions import RedisError
 
 from token_finalizer.core.build import Build
 from token_finalizer.core.redaction import redact, redacted_url
-from token_finalizer.service.guard import check_run_id, mask_fraction_refusal
+from token_finalizer.service.guard import check_run_id, counted_reason, mask_fraction_refusal
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.sources.redis import check_key_prefix, check_redis_url
 
@@ -212,7 +212,7 @@ class RedisMaskFractionGuard:
         if self._skipping("observe"):
             return
         masked = "1" if build.mask_sample else "0"
-        reason = build.mask_reason or "unknown"
+        reason = counted_reason(build)
         args: list[str | int] = [
             masked,
             reason,
