@@ -7,6 +7,8 @@ might reasonably want to change.
 
 from __future__ import annotations
 
+from typing import Final
+
 # TokenEntry records newer than this are refused: a newer schema may change what
 # a token field means, and guessing would train on wrong data.
 TOKEN_ENTRY_SCHEMA_VERSION = 1
@@ -29,6 +31,20 @@ DEFAULT_STORE_PORT = 8100
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MASK_FRACTION_MIN_SAMPLES = 50
 DEFAULT_RUN_ID = "default"
+
+# A retired tombstone (and its version) is kept this long by default: it only
+# has to outlive the attempt's straggling writers (redis sources, store serve).
+DEFAULT_RETIRED_TTL_S = 7 * 86_400.0
+# What a source that cannot be reached does by default: answer 503 so the
+# harness retries (nothing was frozen), rather than mask the record.
+DEFAULT_ON_UNREACHABLE: Final = "retry"
+
+# The mask-fraction guard shared through Redis (guard.redis): the prefix of its
+# keys, how long a run's counts live after its last counted finalize, and how
+# long one Redis command may take before the finalize goes on unguarded.
+DEFAULT_GUARD_KEY_PREFIX = "token-finalizer:guard:"
+DEFAULT_GUARD_RUN_TTL_S = 7 * 86_400.0
+DEFAULT_GUARD_TIMEOUT_S = 1.0
 
 # Remote capture store (http source) defaults.
 DEFAULT_HTTP_TIMEOUT_S = 10.0
