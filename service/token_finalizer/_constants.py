@@ -7,13 +7,11 @@ might reasonably want to change.
 
 from __future__ import annotations
 
+from typing import Final
+
 # TokenEntry records newer than this are refused: a newer schema may change what
 # a token field means, and guessing would train on wrong data.
 TOKEN_ENTRY_SCHEMA_VERSION = 1
-
-# Longest rollout or model call id accepted: ids become file names (plus a
-# suffix of at most 25 characters) and Redis keys.
-MAX_ID_LENGTH = 200
 
 # Rounding of the fractions reported in build metrics.
 FRACTION_DIGITS = 4
@@ -29,6 +27,20 @@ DEFAULT_STORE_PORT = 8100
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MASK_FRACTION_MIN_SAMPLES = 50
 DEFAULT_RUN_ID = "default"
+
+# A retired tombstone (and its version) is kept this long by default: it only
+# has to outlive the attempt's straggling writers (redis sources, store serve).
+DEFAULT_RETIRED_TTL_S = 7 * 86_400.0
+# What a source that cannot be reached does by default: answer 503 so the
+# harness retries (nothing was frozen), rather than mask the record.
+DEFAULT_ON_UNREACHABLE: Final = "retry"
+
+# The mask-fraction guard shared through Redis (guard.redis): the prefix of its
+# keys, how long a run's counts live after its last counted finalize, and how
+# long one Redis command may take before the finalize goes on unguarded.
+DEFAULT_GUARD_KEY_PREFIX = "token-finalizer:guard:"
+DEFAULT_GUARD_RUN_TTL_S = 7 * 86_400.0
+DEFAULT_GUARD_TIMEOUT_S = 1.0
 
 # Remote capture store (http source) defaults.
 DEFAULT_HTTP_TIMEOUT_S = 10.0
@@ -100,9 +112,6 @@ FINALIZE_CONCURRENCY = 4
 # Remote capture stores: the http source and the store server (protocol v1)
 # ---------------------------------------------------------------------------
 
-# A connect that takes longer than this means the store host is gone; reads of
-# a large snapshot still get the source's whole `timeout_s` between bytes.
-HTTP_CONNECT_TIMEOUT_S = 5.0
 # A whole freeze through the http source (every retry, every byte) must finish
 # within this many of the source's `timeout_s`.
 HTTP_DEADLINE_TIMEOUTS = 3
@@ -115,9 +124,6 @@ HTTP_MAX_ANSWER_BYTES = 1024 * 1024 * 1024
 # A state replacement lives for milliseconds: a temporary state file (or a lone
 # lock file) this old was left by a killed writer and is removed by a sweep.
 FILE_STALE_AGE_S = 60.0
-# A retired tombstone only has to outlive the attempt's straggling writers
-# (Redis keeps it this long by TTL; `store sweep` removes older ones).
-DEFAULT_RETIRED_TTL_S = 7 * 86_400.0
 # The redis store (sources/redis): connection errors and timeouts are retried
 # this often by the client (every script is safe to repeat), with jittered
 # backoff between these bounds; a connect waits at most the cap (or the

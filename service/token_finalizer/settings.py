@@ -20,11 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from token_finalizer._constants import (
     DEFAULT_CAPTURE_DIR,
+    DEFAULT_GUARD_KEY_PREFIX,
+    DEFAULT_GUARD_RUN_TTL_S,
+    DEFAULT_GUARD_TIMEOUT_S,
     DEFAULT_HTTP_TIMEOUT_S,
     DEFAULT_MASK_FRACTION_MIN_SAMPLES,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_ON_UNREACHABLE,
+    DEFAULT_RETIRED_TTL_S,
     DEFAULT_SOURCE_NAME,
 )
+from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -88,14 +94,13 @@ class SourceSettings(_Strict):
     token: str | None = None
     timeout_s: float = Field(default=DEFAULT_HTTP_TIMEOUT_S, gt=0)
     # redis only: prefix of every key, and how long retired tombstones and
-    # never-frozen captures nobody writes to are kept (null: forever). The
-    # tombstone default is sources.redis.DEFAULT_RETIRED_TTL_S (7 days).
+    # never-frozen captures nobody writes to are kept (null: forever).
     key_prefix: str | None = None
-    retired_ttl_s: float | None = Field(default=7 * 86_400.0, gt=0)
+    retired_ttl_s: float | None = Field(default=DEFAULT_RETIRED_TTL_S, gt=0)
     abandoned_ttl_s: float | None = Field(default=None, gt=0)
     # A store that cannot be reached: answer 503 so the harness retries (nothing
     # was frozen), or mask the record. docs/configuration.md#sources
-    on_unreachable: Literal["retry", "mask"] = "retry"
+    on_unreachable: Literal["retry", "mask"] = DEFAULT_ON_UNREACHABLE
 
     @model_validator(mode="after")
     def _kind_needs(self) -> SourceSettings:
@@ -107,9 +112,6 @@ class SourceSettings(_Strict):
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError(f"url {self.url!r} must start with http:// or https://")
         if self.kind == "redis":
-            # Imported here: only a configured redis source loads redis-py.
-            from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
-
             check_redis_url(self.url)
             if self.key_prefix is not None:
                 check_key_prefix(self.key_prefix)
@@ -166,27 +168,20 @@ class GuardSettings(_Strict):
     # (docs/configuration.md#guard).
     redis: str | None = None
     # Prefix of the guard's keys (one hash per run: `<prefix>run:<run id>`).
-    key_prefix: str = "token-finalizer:guard:"
+    key_prefix: str = DEFAULT_GUARD_KEY_PREFIX
     # A run's counts expire this long after its last counted finalize (sliding).
-    run_ttl_s: float = Field(default=7 * 86_400.0, gt=0)
+    run_ttl_s: float = Field(default=DEFAULT_GUARD_RUN_TTL_S, gt=0)
     # Per Redis command; past it the finalize goes on unguarded (fail open).
-    timeout_s: float = Field(default=1.0, gt=0)
+    timeout_s: float = Field(default=DEFAULT_GUARD_TIMEOUT_S, gt=0)
 
     @field_validator("redis")
     @classmethod
     def _redis_url(cls, url: str | None) -> str | None:
-        if url is None:
-            return None
-        # Imported here: only a configured shared guard loads redis-py.
-        from token_finalizer.core.store_urls import check_redis_url
-
-        return check_redis_url(url)
+        return None if url is None else check_redis_url(url)
 
     @field_validator("key_prefix")
     @classmethod
     def _key_prefix(cls, prefix: str) -> str:
-        from token_finalizer.core.store_urls import check_key_prefix
-
         return check_key_prefix(prefix)
 
 
@@ -224,9 +219,9 @@ class Settings(_Strict):
         return data
 
     def sources_on_unreachable(self, name: str) -> str:
-        """`on_unreachable` of a configured source (sources given in code retry)."""
+        """`on_unreachable` of a configured source (sources given in code take the default)."""
         source = self.sources.get(name)
-        return "retry" if source is None else source.on_unreachable
+        return DEFAULT_ON_UNREACHABLE if source is None else source.on_unreachable
 
     @model_validator(mode="after")
     def _default_exists(self) -> Settings:

@@ -21,7 +21,8 @@ import yaml
 from tests.support.captures import agent_rollout, make_entry, record_for
 from tests.support.servers import free_port, running_process
 from token_finalizer import CaptureFrozen, FileTokenStore
-from token_finalizer._constants import MAX_ID_LENGTH, MAX_JSON_DEPTH
+from token_finalizer._constants import MAX_JSON_DEPTH
+from token_finalizer_client.protocol import MAX_ID_LENGTH
 
 JSON = {"content-type": "application/json"}
 HUGE = 18446744073709551617  # 2**64 + 1

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
+import token_finalizer.settings
+from token_finalizer._constants import (
+    DEFAULT_GUARD_KEY_PREFIX,
+    DEFAULT_GUARD_RUN_TTL_S,
+    DEFAULT_GUARD_TIMEOUT_S,
+    DEFAULT_RETIRED_TTL_S,
+)
 from token_finalizer.settings import (
     CONFIG_ENV_VAR,
     ConfigError,
@@ -236,3 +244,40 @@ def test_invalid_environment_override_names_the_key() -> None:
     """A bad override fails like a bad file: the message names the key."""
     with pytest.raises(ConfigError, match=r"limits\.max_body_bytes"):
         load_settings(None, env={"TOKEN_FINALIZER__LIMITS__MAX_BODY_BYTES": "lots"})
+
+
+def _imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            names.add(node.module)
+    return names
+
+
+def test_settings_import_only_the_constants_and_the_core() -> None:
+    """The configuration model depends on `_constants` and `core` only, never on a layer above."""
+    ours = {
+        name
+        for name in _imported_modules(Path(token_finalizer.settings.__file__))
+        if name.split(".")[0] == "token_finalizer"
+    }
+    assert ours, "no import of the package was found: the check would be vacuous"
+    allowed = ("token_finalizer._constants", "token_finalizer.core.")
+    assert sorted(name for name in ours if not name.startswith(allowed)) == []
+
+
+def test_defaults_come_from_the_constants() -> None:
+    """Left out, the guard's prefix, TTL and timeout and the tombstone TTL are the constants."""
+    settings = settings_from_mapping(
+        {"sources": {"s": {"kind": "redis", "url": "redis://r"}}}, env={}
+    )
+    guard = settings.guard
+    assert (guard.key_prefix, guard.run_ttl_s, guard.timeout_s) == (
+        DEFAULT_GUARD_KEY_PREFIX,
+        DEFAULT_GUARD_RUN_TTL_S,
+        DEFAULT_GUARD_TIMEOUT_S,
+    )
+    assert settings.sources["s"].retired_ttl_s == DEFAULT_RETIRED_TTL_S

@@ -106,17 +106,15 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        state = ServiceState.open(settings, sources=sources, metrics=metrics)
-        registry = state.sources
-        app.state.service = state
-        restore_signals = _chain_drain_signals(state, drain_seconds)
-        logger.info("token-finalizer ready; sources: %s", ", ".join(registry.names))
-        try:
-            yield
-        finally:
-            state.begin_draining()
-            restore_signals()
-            await registry.close()
+        async with ServiceState.open(settings, sources=sources, metrics=metrics) as state:
+            app.state.service = state
+            restore_signals = _chain_drain_signals(state, drain_seconds)
+            logger.info("token-finalizer ready; sources: %s", ", ".join(state.sources.names))
+            try:
+                yield
+            finally:
+                state.begin_draining()
+                restore_signals()
 
     app = FastAPI(
         title="token-finalizer",

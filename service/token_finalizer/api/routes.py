@@ -17,6 +17,7 @@ from token_finalizer.api.schemas import (
     READY_RESPONSES,
     RETIRE_OPENAPI,
 )
+from token_finalizer.service.errors import ServiceError
 from token_finalizer.service.finalizing import finalize_one
 from token_finalizer.service.metrics import CONTENT_TYPE_LATEST
 from token_finalizer.service.readiness import readiness
@@ -28,6 +29,11 @@ from token_finalizer.web.body import read_json_object
 __all__ = ["router"]
 
 router = APIRouter()
+
+
+def _known(**fields: str | None) -> dict[str, str]:
+    """The request-log fields a refused call got far enough to know (None: not reached)."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 @router.post(
@@ -59,14 +65,17 @@ async def finalize_endpoint(
         limit_name="limits.max_body_bytes",
         require_json_media_type=True,
     )
-    result = await finalize_one(
-        state,
-        body.data,
-        source,
-        x_run_id or DEFAULT_RUN_ID,
-        compact=tokens == "compact",
-        log=log_fields(request),
-    )
+    log = log_fields(request)
+    try:
+        result = await finalize_one(
+            state, body.data, source, x_run_id or DEFAULT_RUN_ID, compact=tokens == "compact"
+        )
+    except ServiceError as refusal:
+        # A finalize always names its record's rollout id (null when it has none).
+        log["rollout_id"] = refusal.rollout_id
+        log.update(_known(source=refusal.source, outcome=refusal.outcome))
+        raise
+    log.update(rollout_id=result.rollout_id, source=result.source, outcome=result.outcome)
     return await answer(request, result.answer, large=result.large or body.large)
 
 
@@ -85,8 +94,16 @@ async def retire_endpoint(request: Request, state: StateDep) -> Response:
         limit_name="limits.max_body_bytes",
         require_json_media_type=True,
     )
-    result = await retire_one(state, body.data, log=log_fields(request))
-    return await answer(request, result)
+    log = log_fields(request)
+    try:
+        result = await retire_one(state, body.data)
+    except ServiceError as refusal:
+        log.update(
+            _known(rollout_id=refusal.rollout_id, source=refusal.source, outcome=refusal.outcome)
+        )
+        raise
+    log.update(rollout_id=result.rollout_id, source=result.source, outcome=result.outcome)
+    return await answer(request, result.answer)
 
 
 @router.get("/health", summary="Liveness: 200 while the process serves")
@@ -102,8 +119,8 @@ async def health() -> Response:
 )
 async def ready(state: StateDep) -> Response:
     """GET /ready."""
-    status_code, body = await readiness(state)
-    return json_response(body, status_code=status_code)
+    verdict = await readiness(state)
+    return json_response(verdict.to_dict(), status_code=200 if verdict.ready else 503)
 
 
 @router.get(

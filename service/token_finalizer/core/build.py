@@ -17,17 +17,20 @@ import numpy as np
 
 from token_finalizer.core.entries import Snapshot
 
-__all__ = ["MASK_SAMPLE_KEY", "Build", "BuildKind", "MaskReason", "SnapshotRef"]
+__all__ = ["MASK_SAMPLE_KEY", "Build", "BuildFailed", "BuildKind", "MaskReason", "SnapshotRef"]
 
 MASK_SAMPLE_KEY = "mask_sample"
 CAPTURE_SNAPSHOT_KEY = "_capture_snapshot"
 REDUNDANT_CAPTURE_KEY = "_redundant_capture"
 
 
-class MaskReason:
+class MaskReason(StrEnum):
     """Machine-readable reasons a build is masked; docs/records-and-builds.md#mask-reasons.
 
-    Low-cardinality by design: metrics labels and the mask-fraction guard count them.
+    Low-cardinality by design: metrics labels and the mask-fraction guard count
+    them, so a value never changes. A reason is decided where the build fails
+    or is judged, never read back from an error text (texts are for people).
+    JSON forms and metric labels carry the plain string (`str(reason)`).
     """
 
     # The record itself
@@ -56,6 +59,19 @@ class MaskReason:
     MULTIPLE_CHAINS = "multiple_chains"
     # The record arrived marked mask_sample by its harness
     RECORD_MASKED = "record_masked"
+
+
+class BuildFailed(Exception):
+    """The capture cannot yield a trainable chain: the message is the build's error.
+
+    `reason` is the mask reason, chosen where the failure is found; the
+    message may be reworded freely without changing what metrics and the
+    guard count.
+    """
+
+    def __init__(self, message: str, *, reason: MaskReason) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +108,7 @@ class Build:
     rollout_id: str | None = None
     builder: str | None = None
     rebuilt_response: dict[str, Any] | None = None
-    mask_reason: str | None = None
+    mask_reason: MaskReason | None = None
     error: str | None = None
     unresolved_retries: tuple[str, ...] = ()
     unresolved_parent_calls: tuple[str, ...] = ()
@@ -106,7 +122,7 @@ class Build:
         builder: str,
         response: dict[str, Any],
         metrics: Mapping[str, Any],
-        mask_reason: str | None,
+        mask_reason: MaskReason | None,
         unresolved_retries: Sequence[str] = (),
         unresolved_parent_calls: Sequence[str] = (),
     ) -> Build:
@@ -130,7 +146,7 @@ class Build:
         rollout_id: str,
         error: str,
         *,
-        mask_reason: str,
+        mask_reason: MaskReason,
         metrics: Mapping[str, Any],
         builder: str | None = None,
         snapshot: Snapshot | None = None,
@@ -148,12 +164,12 @@ class Build:
         )
 
     @classmethod
-    def unusable(cls, error: str, *, mask_reason: str) -> Build:
+    def unusable(cls, error: str, *, mask_reason: MaskReason) -> Build:
         """A record that needed tokens and cannot get them; nothing was consumed."""
         return cls(
             kind=BuildKind.UNUSABLE,
             # The record's `_ng_token_capture` is exactly this dict (the seed's shape).
-            metrics={"n_calls": 0, "error": error, "mask_reason": mask_reason},
+            metrics={"n_calls": 0, "error": error, "mask_reason": str(mask_reason)},
             mask_sample=True,
             mask_reason=mask_reason,
             error=error,
@@ -193,7 +209,7 @@ class Build:
         if self.error:
             capture["error"] = self.error
         if self.mask_reason is not None:
-            capture["mask_reason"] = self.mask_reason
+            capture["mask_reason"] = str(self.mask_reason)
         return capture
 
     def to_dict(self, *, with_response: bool = True) -> dict[str, Any]:
@@ -221,7 +237,7 @@ class Build:
         data["metrics"] = dict(self.metrics)
         data[MASK_SAMPLE_KEY] = self.mask_sample
         if self.mask_reason is not None:
-            data["mask_reason"] = self.mask_reason
+            data["mask_reason"] = str(self.mask_reason)
         if self.error is not None:
             data["error"] = self.error
         if self.kind is BuildKind.BUILT:

@@ -60,7 +60,7 @@ def _unusable(result: dict[str, Any], error: str, message: str) -> dict[str, Any
     return {"rebuilt_response": None, MASK_SAMPLE_KEY: True, "error": error, "metrics": metrics}
 
 
-def _mark_unusable(result: Any, error: str, message: str, reason: str) -> Build:
+def _mark_unusable(result: Any, error: str, message: str, reason: MaskReason) -> Build:
     """`_unusable` for the typed path: the same marks, plus the machine-readable reason."""
     logger.warning("%s", message)
     build = Build.unusable(error, mask_reason=reason)

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from token_finalizer.core.build import BuildFailed, MaskReason
 from token_finalizer.core.call_graph import Call
 
 __all__ = [
     "NOT_CONTIGUOUS_ERROR",
     "NO_CHAIN_ERROR",
     "NO_TOKENS_ERROR",
-    "BuildFailed",
     "project_response",
 ]
 
@@ -27,10 +27,6 @@ NO_TOKENS_ERROR = "ValueError: capture produced no trainable generated tokens"
 NOT_CONTIGUOUS_ERROR = "AssertionError: projection is not prefix-contiguous"
 
 Ids = npt.NDArray[np.integer[Any]]
-
-
-class BuildFailed(Exception):
-    """The capture cannot yield a trainable chain; the message is the build's error."""
 
 
 def _token_targets(call: Call, items: list[dict[str, Any]]) -> list[int]:
@@ -74,7 +70,8 @@ def project_response(chain: Sequence[Call], *, rollout_id: str, model: str) -> d
             if seen is not None and not _extends(call.prompt, seen):
                 raise BuildFailed(
                     f"{NOT_CONTIGUOUS_ERROR}: the prompt of model call {call.call_id} "
-                    "does not extend the tokens before it"
+                    "does not extend the tokens before it",
+                    reason=MaskReason.NOT_PREFIX_CONTIGUOUS,
                 )
             fields: dict[str, Any] = {
                 "prompt_token_ids": call.prompt,
@@ -90,7 +87,7 @@ def project_response(chain: Sequence[Call], *, rollout_id: str, model: str) -> d
             output_tokens += len(entry.generation_token_ids)
         output.extend(items)
     if input_tokens is None or output_tokens == 0:
-        raise BuildFailed(NO_TOKENS_ERROR)
+        raise BuildFailed(NO_TOKENS_ERROR, reason=MaskReason.NO_TRAINABLE_TOKENS)
     return {
         "id": f"proj-{rollout_id}",
         "model": model,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer._constants import FRACTION_DIGITS
-from token_finalizer.core.build import MASK_SAMPLE_KEY, Build, MaskReason
+from token_finalizer.core.build import MASK_SAMPLE_KEY, Build, BuildFailed, MaskReason
 from token_finalizer.core.call_graph import (
     Call,
     LinkReport,
@@ -25,26 +25,26 @@ from token_finalizer.core.call_graph import (
 from token_finalizer.core.delta import deduplicate, materialize
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.forest import Forest, TerminalChain, arrange
-from token_finalizer.core.projection import NO_CHAIN_ERROR, BuildFailed, project_response
+from token_finalizer.core.projection import NO_CHAIN_ERROR, project_response
 from token_finalizer.core.terminal import (
     TerminalAttribution,
     attribute_terminal,
     disabled_attribution,
 )
+from token_finalizer.core.token_digest import InvalidTokenIds
 
 __all__ = [
     "BUILDER_NAME",
+    "DUPLICATE_CALL_ID_ERROR",
     "EMPTY_CAPTURE_ERROR",
     "is_lineage_snapshot",
     "rebuild_snapshot",
 ]
 
 BUILDER_NAME = "prefix_merging"
+# Error texts of failed builds: a contract (docs/records-and-builds.md#error-strings).
 EMPTY_CAPTURE_ERROR = "capture contains no token records"
-# The mask reason of a build that nothing but its record masks: the record
-# arrived marked `mask_sample` (by its harness, say), and a build of a masked
-# record is never retired. The last of the mask rules, so that any capture
-# problem is still reported by its own reason.
+DUPLICATE_CALL_ID_ERROR = "duplicate model_call_id in capture"
 
 
 def is_lineage_snapshot(entries: Sequence[TokenEntry]) -> bool:
@@ -91,7 +91,10 @@ def _link(entries: Sequence[TokenEntry]) -> _Linked:
         ids = [entry.model_call_id for entry in entries]
         if len(set(ids)) != len(ids):
             duplicated = sorted({i for i in ids if ids.count(i) > 1})
-            raise BuildFailed(f"duplicate model_call_id in capture: {', '.join(duplicated)}")
+            raise BuildFailed(
+                f"{DUPLICATE_CALL_ID_ERROR}: {', '.join(duplicated)}",
+                reason=MaskReason.DUPLICATE_CALL_ID,
+            )
         candidates, known = list(entries), {}
     kept = [entry for entry in candidates if len(entry.generation_token_ids)]
     calls = processing_order(kept, [entry.prompt_token_ids for entry in kept])
@@ -113,8 +116,12 @@ def _mask_reason(
     linked: _Linked,
     attribution: TerminalAttribution,
     record: Mapping[str, Any] | None,
-) -> str | None:
+) -> MaskReason | None:
     reason = _chain_mask_reason(snapshot, forest, linked, attribution)
+    # A build that nothing but its record masks: the record arrived marked
+    # `mask_sample` (by its harness, say), and a build of a masked record is
+    # never retired. The last of the mask rules, so that any capture problem
+    # is still reported by its own reason.
     if reason is None and record is not None and record.get(MASK_SAMPLE_KEY):
         return MaskReason.RECORD_MASKED
     return reason
@@ -122,7 +129,7 @@ def _mask_reason(
 
 def _chain_mask_reason(
     snapshot: Snapshot, forest: Forest, linked: _Linked, attribution: TerminalAttribution
-) -> str | None:
+) -> MaskReason | None:
     if snapshot.incomplete:
         return MaskReason.CAPTURE_INCOMPLETE
     if forest.terminal is TerminalChain.DELIVERED:
@@ -144,36 +151,25 @@ def _chain_mask_reason(
     return None
 
 
-_FAILURE_REASONS = (
-    (EMPTY_CAPTURE_ERROR, MaskReason.EMPTY_CAPTURE),
-    ("ValueError: capture produced no safe", MaskReason.NO_TRAINABLE_CHAIN),
-    ("ValueError: capture produced no trainable", MaskReason.NO_TRAINABLE_TOKENS),
-    ("AssertionError: projection is not prefix", MaskReason.NOT_PREFIX_CONTIGUOUS),
-    ("duplicate model_call_id", MaskReason.DUPLICATE_CALL_ID),
-    ("ValueError: token ids", MaskReason.INVALID_TOKENS),
-)
-
-
 def _failed(
-    snapshot: Snapshot, error: str, attribution: TerminalAttribution | None, chain: str
+    snapshot: Snapshot,
+    failure: BuildFailed,
+    attribution: TerminalAttribution | None,
+    chain: str,
 ) -> Build:
+    """The masked build of a failure; an incomplete snapshot is reported as such first."""
     metrics: dict[str, Any] = {"n_calls": len(snapshot.entries)}
     if attribution is not None:
         metrics["terminal_attribution"] = _attribution_metrics(attribution, chain or "error")
     if snapshot.incomplete:
         metrics["capture_incomplete"] = True
-    reason = next(
-        (r for prefix, r in _FAILURE_REASONS if error.startswith(prefix)), MaskReason.BUILD_FAILED
-    )
-    if snapshot.incomplete:
-        reason = MaskReason.CAPTURE_INCOMPLETE
     return Build.failed(
         snapshot.rollout_id,
-        error,
+        str(failure),
         metrics=metrics,
         builder=BUILDER_NAME,
         snapshot=snapshot,
-        mask_reason=reason,
+        mask_reason=MaskReason.CAPTURE_INCOMPLETE if snapshot.incomplete else failure.reason,
     )
 
 
@@ -192,7 +188,8 @@ def rebuild_snapshot(
     record nothing is attributed.
     """
     if not snapshot.entries:
-        return _failed(snapshot, EMPTY_CAPTURE_ERROR, None, "")
+        empty = BuildFailed(EMPTY_CAPTURE_ERROR, reason=MaskReason.EMPTY_CAPTURE)
+        return _failed(snapshot, empty, None, "")
     if terminal_attribution and record is not None:
         attribution = attribute_terminal(snapshot.entries, record)
     elif terminal_attribution:
@@ -207,13 +204,17 @@ def rebuild_snapshot(
         )
         if forest is None:
             status = TerminalChain.NOT_CAPTURED if attribution.attributed else ""
-            raise BuildFailed(NO_CHAIN_ERROR)
+            raise BuildFailed(NO_CHAIN_ERROR, reason=MaskReason.NO_TRAINABLE_CHAIN)
         status = forest.terminal.value
         response = project_response(forest.main_chain, rollout_id=snapshot.rollout_id, model=model)
     except BuildFailed as exc:
-        return _failed(snapshot, str(exc), attribution, status)
-    except ValueError as exc:  # a token id out of the digest's range
-        return _failed(snapshot, f"ValueError: {exc}", attribution, status)
+        return _failed(snapshot, exc, attribution, status)
+    except InvalidTokenIds as exc:  # a token id the digest cannot encode
+        failure = BuildFailed(f"ValueError: {exc}", reason=MaskReason.INVALID_TOKENS)
+        return _failed(snapshot, failure, attribution, status)
+    except ValueError as exc:
+        failure = BuildFailed(f"ValueError: {exc}", reason=MaskReason.BUILD_FAILED)
+        return _failed(snapshot, failure, attribution, status)
     return _built(snapshot, response, forest, linked, attribution, record)
 
 

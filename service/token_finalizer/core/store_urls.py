@@ -1,8 +1,10 @@
-"""Checks of store addresses given in configuration and on the command line (pure, no I/O).
+"""Checks of the Redis settings shared by the redis source and the shared guard.
 
-A Redis URL must name a host with the redis:// or rediss:// scheme; a key
-prefix may hold only characters that keep every key's cluster hash tag its
-rollout's own. See docs/configuration.md#sources.
+Pure, so the configuration model can validate a Redis URL or key prefix
+without loading a store (docs/architecture.md#dependency-rule). Both checks
+return their argument unchanged or raise ValueError naming the problem; a
+URL is only ever shown with its password redacted.
+See docs/configuration.md#sources and docs/configuration.md#guard.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from token_finalizer.core.redaction import redacted_url
 
 __all__ = ["check_key_prefix", "check_redis_url"]
 
-# Braces would move the hash tag; glob characters would break the key scan.
-_KEY_PREFIX = re.compile(r"[A-Za-z0-9._:/-]*", re.ASCII)
 _URL_SCHEMES: Final = ("redis", "rediss")
+# Braces would move the cluster hash tag; glob characters would break key scans.
+_KEY_PREFIX: Final = re.compile(r"[A-Za-z0-9._:/-]*", re.ASCII)
 
 
 def check_redis_url(url: object) -> str:
@@ -26,7 +28,7 @@ def check_redis_url(url: object) -> str:
         raise ValueError("a redis source needs `url` (redis://host:port/db or rediss://...)")
     try:
         parts = urlsplit(url)
-        host, _port = parts.hostname, parts.port
+        host, _port = parts.hostname, parts.port  # reading the port validates it
     except ValueError:
         raise ValueError(f"url {redacted_url(url)} is not a valid redis url") from None
     if parts.scheme not in _URL_SCHEMES:

@@ -18,7 +18,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from token_finalizer.core.token_digest import EMPTY_TOKEN_DIGEST, TOKEN_DIGEST_VERSION
+from token_finalizer.core.token_digest import (
+    EMPTY_TOKEN_DIGEST,
+    TOKEN_DIGEST_VERSION,
+    InvalidTokenIds,
+)
 
 __all__ = ["Tape"]
 
@@ -58,9 +62,9 @@ class Tape:
         if len(ids):
             low, high = int(ids.min()), int(ids.max())
             if low < 0:
-                raise ValueError(f"token ids must be non-negative, got {low}")
+                raise InvalidTokenIds(f"token ids must be non-negative, got {low}")
             if high > _INT64_MAX:  # only uint64 input gets here; int64 would wrap it
-                raise ValueError(f"token ids of a delta chain must be below 2**63, got {high}")
+                raise InvalidTokenIds(f"token ids of a delta chain must be below 2**63, got {high}")
         self._ids[self.length : end] = ids
         self._big_endian[self.length : end] = ids
         self.length = end

@@ -28,6 +28,7 @@ import numpy.typing as npt
 __all__ = [
     "EMPTY_TOKEN_DIGEST",
     "TOKEN_DIGEST_VERSION",
+    "InvalidTokenIds",
     "TokenIds",
     "token_digest",
     "token_digest_of_parts",
@@ -42,6 +43,14 @@ _ID_LIMIT = 2**64
 _NO_BYTES = np.empty(0, dtype=">u8")
 
 EMPTY_TOKEN_DIGEST = hashlib.sha256(_DOMAIN).hexdigest()
+
+
+class InvalidTokenIds(ValueError):
+    """Token ids the digest cannot encode (negative, 2**64 or more, not one-dimensional).
+
+    A ValueError, as NeMo Gym raises; its own class lets a build name the
+    mask reason (`invalid_token_ids`) without reading the message.
+    """
 
 
 def token_digest(ids: TokenIds) -> str:
@@ -71,14 +80,14 @@ def _big_endian_u64(ids: TokenIds) -> npt.NDArray[np.uint64]:
     """Validate ``ids`` and return them as a contiguous big-endian u64 array."""
     array = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
     if array.ndim != 1:
-        raise ValueError(f"token ids must be one-dimensional, got shape {array.shape}")
+        raise InvalidTokenIds(f"token ids must be one-dimensional, got shape {array.shape}")
     if array.size == 0:
         return _NO_BYTES
     kind = array.dtype.kind
     if kind == "i":
         negative = np.flatnonzero(array < 0)
         if negative.size:
-            raise ValueError(f"token ids must be non-negative, got {int(array[negative[0]])}")
+            raise InvalidTokenIds(f"token ids must be non-negative, got {int(array[negative[0]])}")
         return np.ascontiguousarray(array.astype(">u8", copy=False))
     if kind == "u":
         return np.ascontiguousarray(array.astype(">u8", copy=False))
@@ -95,7 +104,7 @@ def _exact_big_endian_u64(values: list[Any]) -> npt.NDArray[np.uint64]:
         if not isinstance(value, int | np.integer):
             raise TypeError(f"token ids must be integers, got {type(value).__name__}")
         if value < 0:
-            raise ValueError(f"token ids must be non-negative, got {int(value)}")
+            raise InvalidTokenIds(f"token ids must be non-negative, got {int(value)}")
         if value >= _ID_LIMIT:
-            raise ValueError(f"token ids must be below 2**64, got {int(value)}")
+            raise InvalidTokenIds(f"token ids must be below 2**64, got {int(value)}")
     return np.array(values, dtype=np.uint64).astype(">u8")

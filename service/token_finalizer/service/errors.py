@@ -15,7 +15,7 @@ batch command line maps them to line outcomes and exit codes in another.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 __all__ = [
     "InvalidRequest",
@@ -29,12 +29,36 @@ __all__ = [
 
 
 class ServiceError(Exception):
-    """Base of every refusal of the service layer; `details` go into the error answer."""
+    """Base of every refusal of the service layer; `details` go into the error answer.
+
+    `rollout_id`, `source` and `outcome` say what the refused call concerned,
+    as far as it got (None: not known); transports log them, they are not
+    part of the answer.
+    """
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
         self.details: Mapping[str, Any] = details
+        self.rollout_id: str | None = None
+        self.source: str | None = None
+        self.outcome: str | None = None
+
+    def concerning(
+        self,
+        *,
+        rollout_id: str | None = None,
+        source: str | None = None,
+        outcome: str | None = None,
+    ) -> Self:
+        """Note what the refused call concerned (None leaves a field as it is); returns self."""
+        if rollout_id is not None:
+            self.rollout_id = rollout_id
+        if source is not None:
+            self.source = source
+        if outcome is not None:
+            self.outcome = outcome
+        return self
 
 
 class InvalidRequest(ServiceError):

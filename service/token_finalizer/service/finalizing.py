@@ -17,7 +17,13 @@ from token_finalizer.core.compact_tokens import compact_output
 from token_finalizer.core.delivery import finalize_record
 from token_finalizer.core.errors import InvalidRolloutId, StoreUnreachable
 from token_finalizer.core.identity import rollout_id_of
-from token_finalizer.service.errors import MaskFractionExceeded, SourceUnreachable
+from token_finalizer.service.errors import (
+    MaskFractionExceeded,
+    ServiceError,
+    SourceUnreachable,
+    UnknownSource,
+)
+from token_finalizer.service.registry import InstrumentedSource
 from token_finalizer.service.state import ServiceState
 
 __all__ = ["FinalizeResult", "finalize_one"]
@@ -28,7 +34,9 @@ class FinalizeResult:
     """The answer of one finalize call and what the request log reports about it."""
 
     answer: dict[str, Any]
-    outcome: str
+    rollout_id: str | None
+    source: str
+    outcome: str  # ok, masked, no_build
     token_count: int
 
     @property
@@ -50,14 +58,12 @@ def _outcome(build: Build | None) -> str:
     return "masked" if build.mask_sample else "ok"
 
 
-async def _guarded(
-    state: ServiceState, log: dict[str, Any], step: Callable[..., Awaitable[None]], *args: Any
-) -> None:
+async def _guarded(state: ServiceState, step: Callable[..., Awaitable[None]], *args: Any) -> None:
     try:
         await step(*args)
-    except MaskFractionExceeded:
+    except MaskFractionExceeded as refusal:
         state.metrics.guard_refusals.inc()
-        log["outcome"] = "guard_refused"
+        refusal.concerning(outcome="guard_refused")
         raise
 
 
@@ -68,54 +74,68 @@ async def finalize_one(
     run_id: str,
     *,
     compact: bool = False,
-    log: dict[str, Any] | None = None,
 ) -> FinalizeResult:
     """Finalize one record through the named source; the answer object (v2).
 
     With `compact`, the answer carries the delivered context once
     (`context_token_ids`) and prompts as prefix lengths into it.
-    Raises UnknownSource, InvalidRunId (a run id too long to remember), or
-    MaskFractionExceeded when the run's guard trips.
-
-    `log` receives the request-log fields (rollout id, source, outcome) as they become known.
+    Raises UnknownSource, InvalidRunId (a run id too long to remember),
+    MaskFractionExceeded when the run's guard trips, or SourceUnreachable;
+    each carries the record's rollout id, the source once resolved and the
+    outcome where there is one (ServiceError.concerning).
     """
-    log = {} if log is None else log
     rollout_id = _rollout_id(record)
-    log["rollout_id"] = rollout_id
-    source = state.sources.resolve(source_name)
-    log["source"] = source.name
-    await _guarded(state, log, state.guard.check, run_id)
-    capture = state.settings.token_id_capture
-    if capture.takes_part(record):
-        retry = state.settings.sources_on_unreachable(source.name) == "retry"
-        async with state.finalize_slots(source.name):
-            try:
-                build = await finalize_record(
-                    record,
-                    source,
-                    terminal_attribution=capture.terminal_attribution,
-                    raise_unreachable=retry,
-                )
-            except StoreUnreachable as exc:
-                state.metrics.finalize.labels(source.name, "unreachable").inc()
-                log["outcome"] = "unreachable"
-                raise SourceUnreachable(
-                    f"source {source.name!r} could not be reached or did not finish answering; "
-                    f"retrying is safe (a second freeze gives the same snapshot): {exc}",
-                    source=source.name,
-                ) from None
-    else:
-        build = None
-    outcome = _outcome(build)
-    log["outcome"] = outcome
-    state.metrics.finalize.labels(source.name, outcome).inc()
-    if build is not None and build.mask_reason is not None:
-        state.metrics.mask_reasons.labels(source.name, build.mask_reason).inc()
-    # The crossing call's build has happened and is counted; its answer is the 409.
-    await _guarded(state, log, state.guard.observe, run_id, build)
+    try:
+        source = state.sources.resolve(source_name)
+    except UnknownSource as refusal:
+        refusal.concerning(rollout_id=rollout_id)
+        raise
+    try:
+        await _guarded(state, state.guard.check, run_id)
+        build = await _build(state, record, source)
+        outcome = _outcome(build)
+        state.metrics.finalize.labels(source.name, outcome).inc()
+        if build is not None and build.mask_reason is not None:
+            state.metrics.mask_reasons.labels(source.name, str(build.mask_reason)).inc()
+        # The crossing call's build has happened and is counted; its answer is the 409.
+        await _guarded(state, state.guard.observe, run_id, build)
+    except ServiceError as refusal:
+        refusal.concerning(rollout_id=rollout_id, source=source.name)
+        raise
     answer = _answer(state, record, build, rollout_id, source.name, compact=compact)
     token_count = 0 if build is None else build.token_count
-    return FinalizeResult(answer=answer, outcome=outcome, token_count=token_count)
+    return FinalizeResult(
+        answer=answer,
+        rollout_id=rollout_id,
+        source=source.name,
+        outcome=outcome,
+        token_count=token_count,
+    )
+
+
+async def _build(
+    state: ServiceState, record: dict[str, Any], source: InstrumentedSource
+) -> Build | None:
+    """The build of a record whose agent takes part (None otherwise), within a finalize slot."""
+    capture = state.settings.token_id_capture
+    if not capture.takes_part(record):
+        return None
+    retry = state.settings.sources_on_unreachable(source.name) == "retry"
+    async with state.finalize_slots(source.name):
+        try:
+            return await finalize_record(
+                record,
+                source,
+                terminal_attribution=capture.terminal_attribution,
+                raise_unreachable=retry,
+            )
+        except StoreUnreachable as exc:
+            state.metrics.finalize.labels(source.name, "unreachable").inc()
+            raise SourceUnreachable(
+                f"source {source.name!r} could not be reached or did not finish answering; "
+                f"retrying is safe (a second freeze gives the same snapshot): {exc}",
+                source=source.name,
+            ).concerning(outcome="unreachable") from None
 
 
 def _answer(

@@ -41,6 +41,7 @@ __all__ = [
     "MaskFractionGuard",
     "RunGuard",
     "check_run_id",
+    "counted_reason",
     "mask_fraction_refusal",
     "open_guard",
 ]
@@ -49,6 +50,9 @@ __all__ = [
 # remembers runs by id (GUARD_MAX_RUNS of them in a process, a Redis key each
 # with a shared guard), so an id must not be able to hold unbounded memory.
 MAX_RUN_ID_LENGTH: Final = 256
+# The reason a masked build without one is counted under (typed builds always
+# carry one; the label only keeps the counts whole if that ever changes).
+UNKNOWN_REASON: Final = "unknown"
 
 
 class InvalidRunId(ServiceError):
@@ -82,6 +86,11 @@ def mask_fraction_refusal(
         masked=masked,
         reasons=dict(reasons),
     )
+
+
+def counted_reason(build: Build) -> str:
+    """The label a masked build is counted under: its reason's plain string value."""
+    return UNKNOWN_REASON if build.mask_reason is None else str(build.mask_reason)
 
 
 def crosses(finalized: int, masked: int, max_mask_fraction: float, min_samples: int) -> bool:
@@ -174,7 +183,7 @@ class MaskFractionGuard:
         counts.finalized += 1
         if build.mask_sample:
             counts.masked += 1
-            counts.reasons[build.mask_reason or "unknown"] += 1
+            counts.reasons[counted_reason(build)] += 1
         if crosses(counts.finalized, counts.masked, self.max_mask_fraction, self.min_samples):
             counts.tripped = True
         if counts.tripped:

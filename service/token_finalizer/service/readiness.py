@@ -1,28 +1,47 @@
-"""GET /ready: can this process finalize right now?"""
+"""Can this process finalize right now? The verdict behind GET /ready.
+
+A verdict, not an answer: the transport decides what status it becomes
+(`api/routes.py`). See docs/finalizer-api.md#health-readiness-metrics.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from token_finalizer.service.state import ServiceState
 
-__all__ = ["readiness"]
+__all__ = ["Readiness", "readiness"]
 
 
-async def readiness(state: ServiceState) -> tuple[int, dict[str, Any]]:
-    """(status code, body): 503 while draining or when any configured source is unreachable."""
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether the process is ready, why not, and what each source's ping said."""
+
+    status: Literal["ready", "draining", "unavailable"]
+    sources: dict[str, dict[str, Any]]
+    error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True only when not draining and every configured source answered."""
+        return self.status == "ready"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The body of the verdict: status, the error when not ready, and the sources."""
+        body: dict[str, Any] = {"status": self.status}
+        if self.error is not None:
+            body["error"] = self.error
+        body["sources"] = self.sources
+        return body
+
+
+async def readiness(state: ServiceState) -> Readiness:
+    """Not ready while draining or when any configured source is unreachable."""
     sources = await state.sources.reachability()
     if state.draining:
-        return 503, {
-            "status": "draining",
-            "error": "the service is shutting down",
-            "sources": sources,
-        }
+        return Readiness("draining", sources, "the service is shutting down")
     down = sorted(name for name, probe in sources.items() if not probe["reachable"])
     if down:
-        return 503, {
-            "status": "unavailable",
-            "error": f"source(s) unreachable: {', '.join(down)}",
-            "sources": sources,
-        }
-    return 200, {"status": "ready", "sources": sources}
+        return Readiness("unavailable", sources, f"source(s) unreachable: {', '.join(down)}")
+    return Readiness("ready", sources)

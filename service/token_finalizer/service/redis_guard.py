@@ -44,19 +44,21 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from token_finalizer._constants import (
+    DEFAULT_GUARD_KEY_PREFIX,
+    DEFAULT_GUARD_RUN_TTL_S,
+    DEFAULT_GUARD_TIMEOUT_S,
+)
 from token_finalizer.core.build import Build
 from token_finalizer.core.redaction import redact, redacted_url
 from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
-from token_finalizer.service.guard import check_run_id, mask_fraction_refusal
+from token_finalizer.service.guard import check_run_id, counted_reason, mask_fraction_refusal
 from token_finalizer.service.metrics import ServiceMetrics
 
-__all__ = ["DEFAULT_KEY_PREFIX", "DEFAULT_RUN_TTL_S", "RedisMaskFractionGuard"]
+__all__ = ["RedisMaskFractionGuard"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_KEY_PREFIX: Final = "token-finalizer:guard:"
-DEFAULT_RUN_TTL_S: Final = 7 * 86_400.0
-DEFAULT_TIMEOUT_S: Final = 1.0
 # After a Redis failure the guard skips Redis this long (finalizes go on unguarded).
 _RETRY_AFTER_S: Final = 5.0
 # One immediate retry: a pooled connection that a Redis restart closed is
@@ -110,9 +112,9 @@ class RedisMaskFractionGuard:
         *,
         max_mask_fraction: float,
         min_samples: int,
-        key_prefix: str = DEFAULT_KEY_PREFIX,
-        run_ttl_s: float = DEFAULT_RUN_TTL_S,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
+        key_prefix: str = DEFAULT_GUARD_KEY_PREFIX,
+        run_ttl_s: float = DEFAULT_GUARD_RUN_TTL_S,
+        timeout_s: float = DEFAULT_GUARD_TIMEOUT_S,
         metrics: ServiceMetrics | None = None,
     ) -> None:
         if not 0.0 <= max_mask_fraction <= 1.0:
@@ -212,7 +214,7 @@ class RedisMaskFractionGuard:
         if self._skipping("observe"):
             return
         masked = "1" if build.mask_sample else "0"
-        reason = build.mask_reason or "unknown"
+        reason = counted_reason(build)
         args: list[str | int] = [
             masked,
             reason,

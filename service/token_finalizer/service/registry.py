@@ -22,18 +22,47 @@ from token_finalizer.service.errors import UnknownSource
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import Settings
 from token_finalizer.sources import open_source
+from token_finalizer.sources.base import CaptureSource
 
-__all__ = ["InstrumentedSource", "SourceRegistry"]
+__all__ = ["InstrumentedSource", "SourceRegistry", "as_capture_source"]
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
 
-class InstrumentedSource:
-    """A TokenSource that records the latency and failures of the source it wraps."""
+class _Unprobed:
+    """A TokenSource given in code without a reachability probe: it counts as reachable.
 
-    def __init__(self, name: str, inner: TokenSource, metrics: ServiceMetrics) -> None:
+    The seed's TokenSource protocol has no `ping`; such a source is adapted
+    once, where it is registered, instead of being probed for a method later.
+    """
+
+    def __init__(self, inner: TokenSource) -> None:
+        self.inner = inner
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        return await self.inner.freeze(rollout_id)
+
+    async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
+        return await self.inner.drop(rollout_id, snapshot_id=snapshot_id, version=version)
+
+    async def ping(self) -> None:
+        """Nothing to probe: reachable."""
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def as_capture_source(source: TokenSource | CaptureSource) -> CaptureSource:
+    """`source` itself when it implements CaptureSource, else adapted to it (no probe)."""
+    return source if isinstance(source, CaptureSource) else _Unprobed(source)
+
+
+class InstrumentedSource:
+    """A CaptureSource that records the latency and failures of the source it wraps."""
+
+    def __init__(self, name: str, inner: CaptureSource, metrics: ServiceMetrics) -> None:
         self.name = name
         self.inner = inner
         self._metrics = metrics
@@ -61,10 +90,8 @@ class InstrumentedSource:
         )
 
     async def ping(self) -> None:
-        """Reachability of the wrapped source; sources without `ping` count as reachable."""
-        ping = getattr(self.inner, "ping", None)
-        if ping is not None:
-            await self._timed("ping", ping())
+        """Reachability of the wrapped source."""
+        await self._timed("ping", self.inner.ping())
 
     async def close(self) -> None:
         """Close the wrapped source."""
@@ -104,7 +131,7 @@ class SourceRegistry:
             )
             owned.add(name)
         for name, source in provided.items():
-            sources[name] = InstrumentedSource(name, source, metrics)
+            sources[name] = InstrumentedSource(name, as_capture_source(source), metrics)
         return cls(sources, settings.default_source, owned=frozenset(owned))
 
     @property

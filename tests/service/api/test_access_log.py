@@ -10,10 +10,12 @@ import httpx
 import orjson
 import pytest
 
-from tests.service.api.conftest import CaptureWriter
+from tests.service.api.conftest import CaptureWriter, SettingsFactory
+from tests.support.asgi import in_process
 from tests.support.captures import record_for
 from token_finalizer import FileTokenStore
 from token_finalizer._logging import JsonFormatter
+from token_finalizer.api import create_app
 from token_finalizer.web.access_log import ACCESS_LOGGER
 
 
@@ -94,3 +96,45 @@ def test_refused_request_is_logged_with_its_status(
     client.post("/finalize", content=b"[]", headers={"Content-Type": "application/json"})
     (line,) = _lines(caplog, "/finalize")
     assert line["status"] == 400
+
+
+def test_unknown_source_logs_the_rollout_but_no_source(
+    client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A finalize refused for its source name logs the rollout id, no source and no outcome."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    client.post("/finalize", params={"source": "nowhere"}, json=record_for("r-1"))
+    (line,) = _lines(caplog, "/finalize")
+    line.pop("duration_ms")
+    assert line == {"method": "POST", "path": "/finalize", "status": 404, "rollout_id": "r-1"}
+
+
+def test_record_without_rollout_id_logs_it_as_null(
+    client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A finalize of a record naming no rollout logs rollout_id null, the source and masked."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    record = record_for("r-1")
+    del record["_ng_rollout_id"]
+    client.post("/finalize", json=record)
+    (line,) = _lines(caplog, "/finalize")
+    assert (line["rollout_id"], line["source"], line["outcome"]) == (None, "local", "masked")
+
+
+def test_guard_refusal_logs_outcome_guard_refused(
+    make_settings: SettingsFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The call that trips the run's guard is logged with outcome guard_refused and 409."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    settings = make_settings(
+        token_id_capture={"max_mask_fraction": 0.0, "mask_fraction_min_samples": 1}
+    )
+    with in_process(create_app(settings)) as guarded:
+        guarded.post("/finalize", json=record_for("never-written"))
+    (line,) = _lines(caplog, "/finalize")
+    assert (line["rollout_id"], line["source"], line["outcome"], line["status"]) == (
+        "never-written",
+        "local",
+        "guard_refused",
+        409,
+    )

@@ -165,5 +165,5 @@ class InProcessTarget:
         return True
 
     async def close(self) -> None:
-        """Close the sources this target opened."""
-        await self._state.sources.close()
+        """Close the service state this target opened (its sources and its guard)."""
+        await self._state.aclose()

@@ -1,0 +1,68 @@
+"""The typed build: mask reasons are fixed codes, and JSON forms carry them as plain strings."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from tests.support.captures import make_entry, snapshot_of
+from token_finalizer.core.build import Build, MaskReason
+from token_finalizer.core.rebuild import rebuild_snapshot
+
+# The published codes (docs/records-and-builds.md#mask-reasons): metric labels
+# and guard counts, so neither a name nor a value may change.
+_PUBLISHED = {
+    "MALFORMED_ROLLOUT_ID": "malformed_rollout_id",
+    "NO_CAPTURE_KEY": "no_capture_key",
+    "FINALIZE_ERROR": "finalize_error",
+    "FREEZE_FAILED": "freeze_failed",
+    "STORE_UNREACHABLE": "store_unreachable",
+    "CAPTURE_INCOMPLETE": "capture_incomplete",
+    "EMPTY_CAPTURE": "empty_capture",
+    "NO_TRAINABLE_CHAIN": "no_trainable_chain",
+    "NO_TRAINABLE_TOKENS": "no_trainable_tokens",
+    "NOT_PREFIX_CONTIGUOUS": "not_prefix_contiguous",
+    "INVALID_TOKENS": "invalid_token_ids",
+    "DUPLICATE_CALL_ID": "duplicate_call_id",
+    "BUILD_FAILED": "build_failed",
+    "TERMINAL_BROKEN": "terminal_chain_broken",
+    "TERMINAL_NOT_CAPTURED": "terminal_not_captured",
+    "DECLARED_TERMINAL_UNMATCHED": "declared_terminal_unmatched",
+    "UNRESOLVED_RETRIES": "unresolved_retries",
+    "UNRESOLVED_PARENTS": "unresolved_parent_calls",
+    "MULTIPLE_ROOTS": "multiple_roots",
+    "MULTIPLE_CHAINS": "multiple_chains",
+    "RECORD_MASKED": "record_masked",
+}
+
+
+def test_mask_reasons_are_exactly_the_published_codes() -> None:
+    """Every MaskReason member keeps its name and its string value; none is added or lost."""
+    assert {reason.name: reason.value for reason in MaskReason} == _PUBLISHED
+
+
+def test_mask_reason_is_a_string_enum() -> None:
+    """A MaskReason compares equal to its code, so readers of plain strings see no change."""
+    assert issubclass(MaskReason, StrEnum)
+    assert MaskReason.EMPTY_CAPTURE == "empty_capture"
+
+
+def test_build_json_carries_the_reason_as_a_plain_string() -> None:
+    """The build's JSON form and the record's capture hold a str, not the enum member."""
+    build = rebuild_snapshot(snapshot_of([]))
+    assert build.mask_reason is MaskReason.EMPTY_CAPTURE
+    assert type(build.to_dict()["mask_reason"]) is str
+    assert type(build.record_capture()["mask_reason"]) is str
+
+
+def test_unusable_build_metrics_carry_the_reason_as_a_plain_string() -> None:
+    """An unusable build's metrics (the record's `_ng_token_capture`) hold a str reason."""
+    build = Build.unusable("no capture key", mask_reason=MaskReason.NO_CAPTURE_KEY)
+    assert type(build.metrics["mask_reason"]) is str
+    assert build.metrics["mask_reason"] == "no_capture_key"
+
+
+def test_a_masked_chain_names_its_reason_as_a_member() -> None:
+    """A built but masked chain carries its reason as a MaskReason member."""
+    entries = [make_entry("r", "c1", [1], [2]), make_entry("r", "c2", [7], [8], created_at=1.0)]
+    build = rebuild_snapshot(snapshot_of(entries), terminal_attribution=False)
+    assert build.mask_reason is MaskReason.MULTIPLE_ROOTS
