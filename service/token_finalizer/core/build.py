@@ -3,7 +3,7 @@
 A build is made by exactly one named constructor per case, and decides its
 mask reason where the decision is made. It becomes the seed's JSON object
 (`to_dict`) only at the edges: the delivery functions, the HTTP answer and
-the batch output. See docs/records-and-builds.md#the-build.
+the batch output. See docs/records-and-builds.md#build.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ call whose cumulative sequence is the longest prefix of its prompt; several
 equal candidates make the link ambiguous and quarantine the call. Lineage
 snapshots link by the parent each 0.7 writer recorded, verified by digest,
 and fall back to prefix matching only for a parent that is missing from the
-snapshot. See docs/records-and-builds.md#parents.
+snapshot. See docs/records-and-builds.md#l4-parent-links.
 """
 
 from __future__ import annotations

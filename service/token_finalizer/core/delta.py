@@ -6,7 +6,7 @@ prompt as the suffix after its parent's cumulative sequence. Each delta
 entry's full prompt is rebuilt by walking its parents to a full-prompt
 anchor and checked against its recorded digest; an entry whose chain cannot
 be rebuilt exactly is left out and reported. The walk does not depend on
-entry order. See docs/records-and-builds.md#delta-prompts.
+entry order. See docs/records-and-builds.md#l2-delta-materialization.
 """
 
 from __future__ import annotations

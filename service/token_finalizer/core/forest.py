@@ -2,7 +2,7 @@
 
 Shared by both snapshot kinds once every call has its parent (or none).
 Nothing here recurses: agent rollouts can be thousands of calls deep.
-See docs/records-and-builds.md#retries-and-chains.
+See docs/records-and-builds.md#retry-groups.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ shorter length costs one dictionary probe, and only candidates whose last
 token matches are compared in full, generation first (it is short, and it is
 where unrelated candidates differ). A chain of calls therefore costs one
 memcmp-speed pass over its prompts instead of a Python step per token.
-See docs/records-and-builds.md#prefix-merging.
+See docs/records-and-builds.md#parent-by-longest-prefix.
 """
 
 from __future__ import annotations

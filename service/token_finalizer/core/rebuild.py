@@ -4,7 +4,7 @@ Two kinds of snapshot are built: *seed* snapshots (no entry carries a lineage
 decision) by prefix merging alone, and *lineage* snapshots written by NeMo Gym
 0.7 model servers by their recorded, digest-verified parents. Terminal
 attribution (which call the verifier scored) applies to both unless it is
-turned off. See docs/records-and-builds.md#the-build.
+turned off. See docs/records-and-builds.md#build.
 """
 
 from __future__ import annotations

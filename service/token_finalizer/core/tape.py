@@ -6,7 +6,7 @@ O(calls x context) memory; instead, a run of calls that extend each other
 appends to one buffer, and each call's full sequence is a view of its
 prefix. The big-endian form the token digest hashes is kept alongside, so a
 prefix digest hashes a slice of it without any conversion.
-See docs/records-and-builds.md#delta-prompts.
+See docs/records-and-builds.md#l2-delta-materialization.
 """
 
 from __future__ import annotations

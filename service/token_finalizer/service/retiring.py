@@ -4,7 +4,7 @@ The body is the finalize answer's `retire` object, or the whole answer posted
 back (its `retire` key is read). Only a ticket this service's key signed
 retires anything, and only the exact snapshot it names: a caller cannot make
 a masked build (evidence) retirable by editing what it posts.
-See docs/finalizer-api.md#retire.
+See docs/finalizer-api.md#post-retire.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ exact snapshot (`snapshot_id`, `version`) a clean build consumed, and carries
 an HMAC-SHA256 over those four fields under `retire.key`. `/retire` drops a
 snapshot only for a ticket it can verify, so a caller cannot retire a masked
 build (evidence) by editing the answer it posts back. Every replica shares the
-key, so any of them accepts any other's tickets. See docs/finalizer-api.md#retire.
+key, so any of them accepts any other's tickets. See docs/finalizer-api.md#post-retire.
 """
 
 from __future__ import annotations
