@@ -27,8 +27,6 @@ import atexit
 import contextlib
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -41,13 +39,21 @@ from typing import Literal, Self
 import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from tests.support.redis_processes import (
+    HOST,
+    RedisProcess,
+    check_redis_version,
+    free_ports,
+    plain_client,
+    redis_server_available,
+)
+
 __all__ = [
     "Node",
     "RedisCluster",
     "redis_server_available",
 ]
 
-HOST = "127.0.0.1"
 # Small enough for failovers within ~2-3 s, large enough that a busy 2-core
 # machine does not flag healthy nodes as failing.
 DEFAULT_NODE_TIMEOUT_MS = 1000
@@ -55,7 +61,6 @@ DEFAULT_NODE_TIMEOUT_MS = 1000
 # what was still wrong.
 DEFAULT_WAIT_S = 30.0
 _POLL_S = 0.02
-_CLIENT_TIMEOUT_S = 2.0
 _MIN_REDIS_MAJOR = 7  # `cluster-port` came with Redis 7.0
 # MIGRATE batch size of `redis-cli --cluster reshard` (keys per round trip).
 _RESHARD_PIPELINE = 100
@@ -63,11 +68,6 @@ _START_ATTEMPTS = 3
 _MIN_PRIMARIES = 3
 
 Role = Literal["primary", "replica"]
-
-
-def redis_server_available() -> bool:
-    """True when both `redis-server` and `redis-cli` are on PATH (skip reason otherwise)."""
-    return shutil.which("redis-server") is not None and shutil.which("redis-cli") is not None
 
 
 @dataclass(frozen=True)
@@ -103,26 +103,6 @@ class Node:
 
 
 @dataclass
-class _Server:
-    """One `redis-server` process we started, and how to start it again."""
-
-    port: int
-    bus_port: int
-    directory: Path
-    process: subprocess.Popen[bytes] | None = None
-    paused: bool = False
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    @property
-    def live(self) -> bool:
-        """Running and not stopped with SIGSTOP: it can answer."""
-        return self.running and not self.paused
-
-
-@dataclass
 class RedisCluster:
     """`primaries` x (1 + `replicas`) cluster nodes; a context manager that cleans up."""
 
@@ -133,7 +113,7 @@ class RedisCluster:
     # False lets the slots of the live primaries keep serving while another
     # primary's slots are down (Redis's default, True, stops the whole cluster).
     require_full_coverage: bool = True
-    _servers: dict[int, _Server] = field(default_factory=dict, init=False)
+    _servers: dict[int, RedisProcess] = field(default_factory=dict, init=False)
     _root: Path | None = field(default=None, init=False)
 
     # -- life cycle ------------------------------------------------------------------
@@ -156,7 +136,7 @@ class RedisCluster:
                 f"a cluster needs >= {_MIN_PRIMARIES} primaries (redis-cli's minimum) "
                 "and >= 0 replicas per primary"
             )
-        _check_redis_version()
+        check_redis_version(_MIN_REDIS_MAJOR)
         self._root = Path(tempfile.mkdtemp(prefix="tf-redis-cluster-"))
         atexit.register(self.stop)
         try:
@@ -180,7 +160,7 @@ class RedisCluster:
         """Kill every process we started (resuming paused ones first); remove the files."""
         atexit.unregister(self.stop)
         for server in self._servers.values():
-            _kill(server)
+            server.kill()
         self._servers.clear()
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
@@ -188,33 +168,31 @@ class RedisCluster:
 
     def _start_processes(self, count: int) -> None:
         """Start `count` servers on free ports, choosing new ports if one is taken meanwhile."""
+        assert self._root is not None
         for _ in range(_START_ATTEMPTS):
-            ports = _free_ports(2 * (count - len(self._servers)))
+            ports = free_ports(2 * (count - len(self._servers)))
             for port, bus_port in zip(ports[::2], ports[1::2], strict=True):
-                assert self._root is not None
-                directory = self._root / str(port)
-                directory.mkdir()
-                server = _Server(port, bus_port, directory)
+                server = RedisProcess(
+                    port,
+                    self._root / str(port),
+                    self._cluster_arguments(bus_port),
+                    appendonly=self.appendonly,
+                )
                 self._servers[port] = server
-                self._launch(server)
-            lost = [port for port, server in self._servers.items() if not self._answers(server)]
+                server.start()
+            lost = [port for port, server in self._servers.items() if not server.answers()]
             for port in lost:
-                _kill(self._servers.pop(port))
+                self._servers.pop(port).kill()
             if not lost:
                 return
         raise RuntimeError(f"could not start {count} redis-server processes on free ports")
 
-    def _launch(self, server: _Server) -> None:
-        args = [
-            "redis-server",
-            "--bind",
-            HOST,
-            "--port",
-            str(server.port),
+    def _cluster_arguments(self, bus_port: int) -> list[str]:
+        return [
             "--cluster-enabled",
             "yes",
             "--cluster-port",
-            str(server.bus_port),
+            str(bus_port),
             "--cluster-config-file",
             "nodes.conf",
             "--cluster-node-timeout",
@@ -224,37 +202,7 @@ class RedisCluster:
             "0",
             "--cluster-require-full-coverage",
             "yes" if self.require_full_coverage else "no",
-            "--save",
-            "",
-            # A replica's first sync starts at once instead of after 5 s.
-            "--repl-diskless-sync-delay",
-            "0",
-            "--dir",
-            str(server.directory),
-            "--logfile",
-            "redis.log",
-            *(
-                ["--appendonly", "yes", "--appendfsync", "always"]
-                if self.appendonly
-                else ["--appendonly", "no"]
-            ),
         ]
-        server.process = subprocess.Popen(
-            args, cwd=server.directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        server.paused = False
-
-    def _answers(self, server: _Server, timeout_s: float = 10.0) -> bool:
-        """Wait until the server answers PING; False if it exited (its port was taken)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not server.running:
-                return False
-            with contextlib.suppress(redis.RedisError), _client(server.port) as client:
-                if client.ping():
-                    return True
-            time.sleep(_POLL_S)
-        return False
 
     # -- topology ----------------------------------------------------------------------
 
@@ -304,7 +252,7 @@ class RedisCluster:
 
     def client(self, node: Node) -> redis.Redis:
         """A plain client of one node (close it after use)."""
-        return _client(node.port)
+        return plain_client(node.port)
 
     # -- changes -------------------------------------------------------------------------
 
@@ -353,7 +301,7 @@ class RedisCluster:
 
     def kill(self, node: Node) -> None:
         """SIGKILL any node; `restart` brings it back with its cluster configuration."""
-        _kill(self._server(node))
+        self._server(node).kill()
 
     def restart(self, node: Node, *, wait: bool = True) -> None:
         """Start a killed node again on its port and directory; wait until the cluster is ready.
@@ -362,29 +310,19 @@ class RedisCluster:
         node that replaced it.
         """
         server = self._server(node)
-        if server.running:
-            raise RuntimeError(f"{node.address} is still running")
-        self._launch(server)
-        if not self._answers(server):
-            raise RuntimeError(f"{node.address} did not come back: {_log_tail(server)}")
+        server.start()
+        if not server.answers():
+            raise RuntimeError(f"{node.address} did not come back: {server.log_tail()}")
         if wait:
             self.wait_ready()
 
     def pause(self, node: Node) -> None:
         """SIGSTOP a node: its connections stay open, it answers nothing (WAIT then times out)."""
-        server = self._server(node)
-        if not server.running:
-            raise RuntimeError(f"{node.address} is not running")
-        assert server.process is not None
-        server.process.send_signal(signal.SIGSTOP)
-        server.paused = True
+        self._server(node).pause()
 
     def resume(self, node: Node, *, wait: bool = True) -> None:
         """SIGCONT a paused node; by default wait until the cluster is ready again."""
-        server = self._server(node)
-        if server.process is not None and server.paused:
-            server.process.send_signal(signal.SIGCONT)
-        server.paused = False
+        self._server(node).resume()
         if wait:
             self.wait_ready()
 
@@ -419,7 +357,7 @@ class RedisCluster:
         live_ports = {server.port for server in live}
         for server in live:
             try:
-                with _client(server.port) as client:
+                with plain_client(server.port) as client:
                     state = client.execute_command("CLUSTER", "INFO")
                     text = _cluster_nodes(server.port)
             except redis.RedisError as exc:
@@ -451,13 +389,13 @@ class RedisCluster:
                     return problem
         return None
 
-    def _server(self, node: Node) -> _Server:
+    def _server(self, node: Node) -> RedisProcess:
         try:
             return self._servers[node.port]
         except KeyError:
             raise LookupError(f"{node.address} is not a node of this cluster") from None
 
-    def _live_servers(self) -> Iterator[_Server]:
+    def _live_servers(self) -> Iterator[RedisProcess]:
         return (server for server in self._servers.values() if server.live)
 
 
@@ -505,7 +443,7 @@ def _sorted(nodes: list[Node]) -> list[Node]:
 
 def _replication_problem(port: int) -> str | None:
     try:
-        with _client(port) as client:
+        with plain_client(port) as client:
             info = client.info("replication")
     except redis.RedisError as exc:
         return f"replica {HOST}:{port} does not answer: {exc}"
@@ -514,18 +452,8 @@ def _replication_problem(port: int) -> str | None:
     return None
 
 
-def _client(port: int) -> redis.Redis:
-    return redis.Redis(
-        host=HOST,
-        port=port,
-        socket_timeout=_CLIENT_TIMEOUT_S,
-        socket_connect_timeout=_CLIENT_TIMEOUT_S,
-        decode_responses=True,
-    )
-
-
 def _cluster_nodes(port: int) -> str:
-    with _client(port) as client:
+    with plain_client(port) as client:
         return _text(client.execute_command("CLUSTER", "NODES"))
 
 
@@ -567,39 +495,3 @@ def _run_cli(*args: str) -> str:
             f"redis-cli {' '.join(args[:2])} failed ({result.returncode}): {output[-2000:]}"
         )
     return output
-
-
-def _kill(server: _Server) -> None:
-    process = server.process
-    if process is not None and process.poll() is None:
-        if server.paused:
-            process.send_signal(signal.SIGCONT)
-        process.kill()
-        process.wait()
-    server.paused = False
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct loopback ports that were free a moment ago."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-
-
-def _log_tail(server: _Server) -> str:
-    with contextlib.suppress(OSError):
-        return (server.directory / "redis.log").read_text()[-2000:]
-    return "(no log)"
-
-
-def _check_redis_version() -> None:
-    output = subprocess.run(
-        ["redis-server", "--version"], capture_output=True, text=True, check=True
-    ).stdout
-    match = re.search(r"v=(\d+)\.", output)
-    if match is None or int(match.group(1)) < _MIN_REDIS_MAJOR:
-        raise RuntimeError(
-            f"the cluster harness needs redis-server {_MIN_REDIS_MAJOR} or later: {output.strip()}"
-        )
