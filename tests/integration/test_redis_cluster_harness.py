@@ -16,7 +16,7 @@ import pytest
 import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from tests.support.redis_cluster import Node, RedisCluster, redis_server_available
+from tests.support.redis_cluster import RedisCluster, redis_server_available
 
 pytestmark = pytest.mark.skipif(
     not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
@@ -53,12 +53,6 @@ def read_all(client: redis.RedisCluster) -> list[str | None]:
 
 def expected() -> list[str | None]:
     return [str(number) for number in range(len(KEYS))]
-
-
-def replicated(cluster: RedisCluster, node: Node) -> None:
-    """Block until every write to `node` so far reached its replica."""
-    with cluster.client(node) as direct:
-        assert direct.execute_command("WAIT", 1, 5000) == 1
 
 
 def test_start_builds_three_primaries_serving_every_slot(cluster: RedisCluster) -> None:
@@ -143,7 +137,7 @@ def test_kill_primary_promotes_its_replica(
     write_all(client)
     victim = cluster.node_for_key(KEYS[0])
     (replica,) = cluster.replicas_of(victim)
-    replicated(cluster, victim)
+    cluster.wait_replicated(victim)
     cluster.kill_primary(victim)
     try:
         promoted = cluster.wait_failover(victim)
@@ -161,6 +155,20 @@ def test_restart_after_failover_rejoins_as_replica(cluster: RedisCluster) -> Non
     cluster.restart(victim)
     (back,) = [node for node in cluster.nodes() if node.node_id == victim.node_id]
     assert back.role == "replica" and back.primary_id == promoted.node_id
+
+
+def test_wait_replicated_returns_once_the_replica_has_every_write(
+    cluster: RedisCluster, client: redis.RedisCluster
+) -> None:
+    """After wait_replicated, the replica of a primary reads every key written to it."""
+    write_all(client)
+    primary = cluster.node_for_key(KEYS[0])
+    (replica,) = cluster.replicas_of(primary)
+    cluster.wait_replicated(primary)
+    mine = [(n, key) for n, key in enumerate(KEYS) if cluster.node_for_key(key) == primary]
+    with cluster.client(replica) as direct:
+        direct.execute_command("READONLY")
+        assert [direct.get(key) for _, key in mine] == [str(n) for n, _ in mine]
 
 
 def test_kill_primary_refuses_a_replica(cluster: RedisCluster) -> None:

@@ -350,6 +350,26 @@ class RedisCluster:
         _wait(problem, timeout_s, f"failover of {node.address}")
         return self.node_for_slot(slot)
 
+    def wait_replicated(self, primary: Node, timeout_s: float = DEFAULT_WAIT_S) -> None:
+        """Wait until every live replica of `primary` has all it had written when called.
+
+        Compares replication offsets (INFO replication); a `WAIT` from another
+        connection would not do, as it only counts that connection's writes.
+        """
+        with plain_client(primary.port) as client:
+            offset = int(client.info("replication")["master_repl_offset"])
+        replicas = [node for node in self.replicas_of(primary) if self._server(node).live]
+
+        def problem() -> str | None:
+            for replica in replicas:
+                with plain_client(replica.port) as client:
+                    reached = int(client.info("replication").get("slave_repl_offset", -1))
+                if reached < offset:
+                    return f"replica {replica.address} at offset {reached} of {offset}"
+            return None
+
+        _wait(problem, timeout_s, f"replication of {primary.address}")
+
     def _readiness_problem(self) -> str | None:
         """What keeps the cluster from being ready, or None."""
         views: dict[int, tuple[tuple[str, Role, str | None, tuple[tuple[int, int], ...]], ...]] = {}
