@@ -54,19 +54,25 @@ def _code_references() -> list[tuple[str, str, str | None]]:
     return found
 
 
+def _link_target(page: Path, target: str) -> Path | None:
+    """The file a relative link of `page` names, or None when it leaves the docs' reach."""
+    if not target:
+        return page
+    if target.startswith("docs/"):
+        return ROOT / target
+    if "/" in target:
+        return None  # another folder's file (client/README.md): not checked here
+    return page.parent / target
+
+
 def _doc_links() -> list[tuple[str, str, str | None]]:
     found = []
-    for path in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
-        text = _FENCE.sub("", path.read_text("utf-8"))
+    for page in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
+        text = _FENCE.sub("", page.read_text("utf-8"))
         for target, anchor in _DOC_LINK.findall(text):
-            if target.startswith(("client/", "../")) or (target and "/" in target.rstrip("/")):
-                if not target.startswith("docs/"):
-                    continue
-            name = Path(target).name if target else path.name
-            base = DOCS if (path.parent == DOCS or target.startswith("docs/")) else ROOT
-            if not target and path.name == "README.md":
-                base = ROOT
-            found.append((str(path.relative_to(ROOT)), str(base / name), anchor or None))
+            path = _link_target(page, target)
+            if path is not None:
+                found.append((str(page.relative_to(ROOT)), str(path), anchor or None))
     return found
 
 
