@@ -44,6 +44,12 @@ __all__ = [
 BUILDER_NAME = "prefix_merging"
 # Error texts of failed builds: a contract (docs/records-and-builds.md#error-strings).
 EMPTY_CAPTURE_ERROR = "capture contains no token records"
+# What follows it: finalizing a wrong or early id froze that id for good.
+EMPTY_CAPTURE_FROZEN = (
+    "; finalize froze rollout {rollout_id} all the same, so a later write to it is refused: "
+    "if the id is wrong or its rollout was not finished, remove the capture with "
+    "`token-finalizer store delete {rollout_id}`"
+)
 DUPLICATE_CALL_ID_ERROR = "duplicate model_call_id in capture"
 
 
@@ -188,7 +194,12 @@ def rebuild_snapshot(
     record nothing is attributed.
     """
     if not snapshot.entries:
-        empty = BuildFailed(EMPTY_CAPTURE_ERROR, reason=MaskReason.EMPTY_CAPTURE)
+        # The freeze that found nothing still froze the id: say so where the
+        # caller reads it (docs/records-and-builds.md#error-strings).
+        empty = BuildFailed(
+            f"{EMPTY_CAPTURE_ERROR}{EMPTY_CAPTURE_FROZEN.format(rollout_id=snapshot.rollout_id)}",
+            reason=MaskReason.EMPTY_CAPTURE,
+        )
         return _failed(snapshot, empty, None, "")
     if terminal_attribution and record is not None:
         attribution = attribute_terminal(snapshot.entries, record)

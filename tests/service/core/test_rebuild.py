@@ -162,3 +162,13 @@ def test_projection_without_generated_tokens_names_no_trainable_tokens() -> None
         projection.NO_TOKENS_ERROR,
         MaskReason.NO_TRAINABLE_TOKENS,
     )
+
+
+def test_empty_capture_error_says_the_id_is_frozen_and_how_to_free_it() -> None:
+    """An empty capture's error says finalize froze the id, and names `store delete`."""
+    build = rebuild_snapshot(snapshot_of([]))
+    assert build.error == (
+        "capture contains no token records; finalize froze rollout r all the same, so a later "
+        "write to it is refused: if the id is wrong or its rollout was not finished, remove the "
+        "capture with `token-finalizer store delete r`"
+    )
