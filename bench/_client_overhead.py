@@ -8,11 +8,13 @@ the request, reading, decoding and checking the answer. Per variant:
 - alone: p50 latency of one resolve at a time;
 - at `concurrency` at once (one shared resolver, as a model-server worker):
   p50 / p99 latency;
-- client CPU per call: this process's CPU time over the calls (the server's
-  CPU is its own process's), the figure that does not depend on the load.
+- client CPU per call, alone and at once: this process's CPU time over the
+  calls (the server's CPU is its own process's), the figures that depend
+  least on what else the machine runs.
 
 orjson is switched off by the client's own switch (`_json._orjson = None`),
-as the tests do.
+as the tests do. `decode_cost` isolates reading the answer (parse, check,
+ids to a tuple), without the network: the part the compact form changes.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import orjson
 
 from tests.support.servers import free_port
 from token_finalizer_client import HttpLineageResolver, HttpTokenSink, _json
+from token_finalizer_client._resolver import _read_resolution
 
 ITEMS = [
     {"role": "user", "content": "Weather in Paris?"},
@@ -113,12 +116,13 @@ def canned_store(body: bytes) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class Figures:
-    """One variant's latencies (seconds) and client CPU per call."""
+    """One variant's latencies and client CPU per call (seconds)."""
 
     alone_p50: float
     together_p50: float
     together_p99: float
-    cpu_per_call: float
+    cpu_alone: float
+    cpu_together: float
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -135,17 +139,20 @@ async def _measure(
         return time.perf_counter() - start
 
     await asyncio.gather(*(timed() for _ in range(concurrency)))  # warm the pool
-    cpu = time.process_time()
+    start = time.process_time()
     alone = [await timed() for _ in range(calls)]
+    cpu_alone = (time.process_time() - start) / calls
+    start = time.process_time()
     together: list[float] = []
     for _ in range(rounds):
         together += await asyncio.gather(*(timed() for _ in range(concurrency)))
-    cpu = time.process_time() - cpu
+    cpu_together = (time.process_time() - start) / len(together)
     return Figures(
         statistics.median(alone),
         statistics.median(together),
         _percentile(together, 0.99),
-        cpu / (calls + rounds * concurrency),
+        cpu_alone,
+        cpu_together,
     )
 
 
@@ -182,6 +189,27 @@ def resolve_overhead(
                 with _orjson(library == "orjson"):
                     results[form, library] = asyncio.run(run())
     return results
+
+
+def decode_cost(ids: int, repeats: int) -> dict[tuple[str, str], float]:
+    """Seconds to read one resolve answer of `ids` ids (best of `repeats`), per form and library."""
+    token_ids = match_ids(ids)
+    costs: dict[tuple[str, str], float] = {}
+    for form in ("plain", "compact"):
+        body = resolve_body(token_ids, form == "compact")
+        for library in ("orjson", "stdlib"):
+            with _orjson(library == "orjson"):
+                best = float("inf")
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    resolution = _read_resolution(_json.loads(body))
+                    best = min(best, time.perf_counter() - start)
+                if resolution.match is None or resolution.match.cumulative_token_ids != tuple(
+                    token_ids
+                ):
+                    raise RuntimeError(f"the {form} answer did not decode to its ids")
+            costs[form, library] = best
+    return costs
 
 
 def put_overhead(tokens: int, calls: int, concurrency: int, rounds: int) -> dict[str, Figures]:
