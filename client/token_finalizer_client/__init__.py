@@ -15,8 +15,16 @@ is the writer side of a remote capture store, for model servers, and
 trainers stay light.
 
 Optional, with the `fast` extra (`token-finalizer-client[fast]`): orjson
-parses answers faster when it is installed, and `FinalizerClient(url,
-as_numpy=True)` hands out token arrays (numpy) instead of lists.
+encodes requests and parses answers faster when it is installed, and
+`FinalizerClient(url, as_numpy=True)` hands out token arrays (numpy) instead
+of lists.
+
+Every client bounds what a server can do to it: each try's whole exchange
+ends within `timeout`, an answer is read up to a size limit once decoded
+(a zstd or gzip bomb is refused while decoding), and a server's message is
+kept short. Retries are logged as warnings on the logger named
+`LOGGER_NAME` ("token_finalizer_client"), with their fields in the record
+attribute `LOG_FIELDS_ATTRIBUTE`; the package adds no handler.
 
 Two public modules hold what the service shares with this package:
 `token_finalizer_client.protocol` (fingerprints, the id rule, protocol paths;
@@ -33,7 +41,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from token_finalizer_client._client import AsyncFinalizerClient, FinalizerClient
+    from token_finalizer_client._constants import LOG_FIELDS_ATTRIBUTE, LOGGER_NAME
     from token_finalizer_client._exceptions import (
+        AnswerTooLargeError,
         APIConnectionError,
         APIStatusError,
         APITimeoutError,
@@ -41,6 +51,7 @@ if TYPE_CHECKING:
         BadRequestError,
         ConflictError,
         FinalizerError,
+        InvalidAnswerError,
         MaskFractionExceeded,
         NotFoundError,
         PayloadTooLargeError,
@@ -63,6 +74,9 @@ __version__ = "0.2.0"
 _LAZY = {
     "AsyncFinalizerClient": "_client",
     "FinalizerClient": "_client",
+    "LOG_FIELDS_ATTRIBUTE": "_constants",
+    "LOGGER_NAME": "_constants",
+    "AnswerTooLargeError": "_exceptions",
     "APIConnectionError": "_exceptions",
     "APIStatusError": "_exceptions",
     "APITimeoutError": "_exceptions",
@@ -70,6 +84,7 @@ _LAZY = {
     "BadRequestError": "_exceptions",
     "ConflictError": "_exceptions",
     "FinalizerError": "_exceptions",
+    "InvalidAnswerError": "_exceptions",
     "MaskFractionExceeded": "_exceptions",
     "NotFoundError": "_exceptions",
     "PayloadTooLargeError": "_exceptions",
@@ -86,9 +101,12 @@ _LAZY = {
 }
 
 __all__ = [
+    "LOGGER_NAME",
+    "LOG_FIELDS_ATTRIBUTE",
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
+    "AnswerTooLargeError",
     "AsyncFinalizerClient",
     "AuthenticationError",
     "BadRequestError",
@@ -98,6 +116,7 @@ __all__ = [
     "FinalizerError",
     "HttpLineageResolver",
     "HttpTokenSink",
+    "InvalidAnswerError",
     "LineageMatch",
     "LineageResolution",
     "MaskFractionExceeded",

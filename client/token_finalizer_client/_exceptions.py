@@ -2,7 +2,10 @@
 
     FinalizerError
     ├── APIConnectionError          the request did not get an HTTP answer
-    │   └── APITimeoutError         ... because it timed out
+    │   └── APITimeoutError         ... because it timed out (a try's whole exchange, or the call)
+    ├── InvalidAnswerError          an answer the client refuses to read: it does not decode,
+    │   │                           or it is not what the call answers
+    │   └── AnswerTooLargeError     ... because it is (or decodes to) more than the client's limit
     └── APIStatusError              an HTTP answer with an error status (status_code, message, body)
         ├── BadRequestError         400, 422: the request itself is wrong
         ├── AuthenticationError     401: missing or wrong bearer token
@@ -17,21 +20,27 @@
             └── SourceUnavailableError  503 naming a `source`: the capture store could not
                                         be reached; retried, then raised (`.source`)
 
-`error_for_status` is the one place that maps an HTTP answer to a class.
+`error_for_status` is the one place that maps an HTTP answer to a class. A
+server's message is kept to `MAX_MESSAGE_CHARS` (`shorten`): a hostile server
+cannot hand a caller a gigabyte-long exception.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from token_finalizer_client._constants import MAX_MESSAGE_CHARS
+
 __all__ = [
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
+    "AnswerTooLargeError",
     "AuthenticationError",
     "BadRequestError",
     "ConflictError",
     "FinalizerError",
+    "InvalidAnswerError",
     "MaskFractionExceeded",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -39,7 +48,15 @@ __all__ = [
     "ServerError",
     "SourceUnavailableError",
     "error_for_status",
+    "shorten",
 ]
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` itself when it has at most `limit` characters, else its start and how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
 
 
 class FinalizerError(Exception):
@@ -52,6 +69,14 @@ class APIConnectionError(FinalizerError):
 
 class APITimeoutError(APIConnectionError):
     """No HTTP answer in time."""
+
+
+class InvalidAnswerError(FinalizerError):
+    """An answer the client will not use: a body that does not decode, or not the call's answer."""
+
+
+class AnswerTooLargeError(InvalidAnswerError):
+    """An answer over the client's size limit, on the wire or once decoded; it was not kept."""
 
 
 class APIStatusError(FinalizerError):
@@ -134,6 +159,7 @@ def error_for_status(status_code: int, body: Any) -> APIStatusError:
         message = body["error"]
     else:
         message = str(body) if body not in (None, "") else f"HTTP status {status_code}"
+    message = shorten(message)
     if status_code == 409 and isinstance(body, dict) and "masked" in body:
         return MaskFractionExceeded(status_code, message, body)
     if status_code == 503 and isinstance(body, dict) and "source" in body:

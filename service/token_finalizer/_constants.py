@@ -27,6 +27,9 @@ DEFAULT_STORE_PORT = 8100
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MASK_FRACTION_MIN_SAMPLES = 50
 DEFAULT_RUN_ID = "default"
+# Threshold of the service's and the client's log lines unless
+# TOKEN_FINALIZER_LOG_LEVEL says otherwise (retries are warnings).
+DEFAULT_LOG_LEVEL = "info"
 
 # A retired tombstone (and its version) is kept this long by default: it only
 # has to outlive the attempt's straggling writers (redis sources, store serve).

@@ -517,7 +517,7 @@ def test_retire_exits_2_when_no_line_is_a_finalize_answer(
     """A file without a single finalize answer: each line reported, then exit 2 saying so."""
     source = write_jsonl(tmp_path / "junk.jsonl", ["{not json", "", "[1]"])
     status = main(["retire", str(source), "--config", str(config_path)])
-    err = capsys.readouterr().err.splitlines()
+    err = _reports(capsys.readouterr().err)
     assert status == 2
     assert [line.split(":")[0] for line in err[:3]] == ["line 1", "line 2", "line 3"]
     assert err[-1] == (
@@ -547,6 +547,11 @@ def test_retire_reports_a_record_among_answers_by_its_line(
 # -- progress ------------------------------------------------------------------------
 
 
+def _reports(err: str) -> list[str]:
+    """The lines of stderr that are the command's own reports, not JSON log records."""
+    return [line for line in err.splitlines() if not line.startswith('{"ts":')]
+
+
 class _Terminal(io.StringIO):
     """A stderr that says it is a terminal, and keeps what is written to it."""
 
@@ -561,7 +566,7 @@ def test_no_progress_is_drawn_when_stderr_is_not_a_terminal(
     finalize(batch, ["--config", str(config_path)])
     err = capsys.readouterr().err
     assert "\r" not in err
-    assert all(line.startswith(("line ", "finalize: ")) for line in err.splitlines()), err
+    assert all(line.startswith(("line ", "finalize: ")) for line in _reports(err)), err
 
 
 @pytest.mark.parametrize("command", ["finalize", "retire"])

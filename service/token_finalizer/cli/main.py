@@ -124,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
+    from token_finalizer._logging import cli_logging, log_level
+
     args = build_parser().parse_args(argv)
     run: Command = args._run
-    return int(run(args) or 0)
+    try:
+        level = log_level()
+    except ValueError as exc:
+        sys.stderr.write(f"token-finalizer: {exc}\n")
+        return 2
+    # Log records (retries, warnings) are JSON lines on stderr (docs/configuration.md#logs).
+    with cli_logging(level):
+        return int(run(args) or 0)

@@ -6,7 +6,8 @@ safe to repeat (freeze is idempotent, drop is conditional on the exact
 snapshot), so they go through the project's one retry policy,
 `token_finalizer_client.transport.RetryPolicy` (transient transport errors and
 502/503/504 are retried with jittered exponential backoff; any other answer
-stands), with this source's own attempt count and delays.
+stands), with this source's own attempt count and delays; each retry is
+logged as one warning naming the method and path (docs/configuration.md#logs).
 
 Every failure is raised as a CaptureError subclass whose message says what
 went wrong and where; the finalize path turns it into a masked build.
@@ -172,7 +173,9 @@ class HttpTokenSource:
         if self._closed:
             raise SourceUnavailable(f"the http source for {self.url} is closed")
         try:
-            return await self._retry.acall(lambda: self._exchange(method, path, **kwargs))
+            return await self._retry.acall(
+                lambda: self._exchange(method, path, **kwargs), method=method, path=path
+            )
         except httpx.HTTPError as exc:
             if is_retryable_error(exc):
                 raise StoreUnreachable(
