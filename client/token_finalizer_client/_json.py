@@ -13,9 +13,11 @@ paths agree:
   integers beyond 64 bits, nor non-string keys: such payloads are encoded by
   the standard library. Finding a non-finite float costs a `sum()` per list
   of numbers, in C, and only when orjson's output holds a `null` at all.
-- Decoding: orjson refuses `NaN`, `-Infinity` (which Python writers put in
-  log probabilities) and integers beyond 64 bits; those bodies are parsed
-  again by the standard library.
+- Decoding: orjson refuses `NaN` and `-Infinity` (which Python writers put
+  in log probabilities), and it reads an integer beyond 64 bits as a float,
+  silently losing digits: a body that refuses, or that holds a run of 20
+  digits or more (found without parsing, in C), is parsed by the standard
+  library, which keeps every integer exact.
 """
 
 from __future__ import annotations
@@ -37,15 +39,37 @@ def _optional(name: str) -> Any:
 
 # None when orjson is not installed (tests set it to None to take the stdlib path).
 _orjson: Any = _optional("orjson")
+_numpy: Any = _optional("numpy")
+
+# 2**64 - 1 has 20 digits: a shorter run of digits is an integer orjson holds exactly.
+_LONG_RUN = 20
+# Every ASCII digit to "d", every other byte to " ": a long number is then a run of "d".
+_DIGITS_ONLY = bytes(ord("d") if 48 <= byte <= 57 else ord(" ") for byte in range(256))
+
+
+def _has_long_digit_run(content: bytes) -> bool:
+    """Whether `content` holds `_LONG_RUN` or more consecutive ASCII digits."""
+    if _numpy is None:
+        return content.translate(_DIGITS_ONLY).find(b"d" * _LONG_RUN) >= 0
+    # Run lengths by doubling: two overlapping runs of length k make one of 2k.
+    runs = _numpy.frombuffer(content, dtype=_numpy.uint8)
+    runs = (runs >= 48) & (runs <= 57)
+    for shift in (1, 2, 4, 8):  # runs of 2, 4, 8, 16
+        runs = runs[:-shift] & runs[shift:]
+        if not runs.any():
+            return False
+    return bool((runs[:-4] & runs[4:]).any())  # 16 and 16 four apart: 20
 
 
 def loads(content: bytes | str) -> Any:
     """The parsed JSON document; ValueError (json.JSONDecodeError) when it is not JSON."""
     if _orjson is not None:
-        try:
-            return _orjson.loads(content)
-        except ValueError:  # orjson.JSONDecodeError: retry with the more lenient stdlib
-            pass
+        raw = content.encode() if isinstance(content, str) else content
+        if not _has_long_digit_run(raw):
+            try:
+                return _orjson.loads(raw)
+            except ValueError:  # orjson.JSONDecodeError: retry with the more lenient stdlib
+                pass
     return json.loads(content)
 
 

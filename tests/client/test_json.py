@@ -80,3 +80,35 @@ def test_what_is_not_json_is_a_type_error() -> None:
 def test_loads_reads_what_orjson_refuses(body: bytes) -> None:
     """Bodies with NaN, infinities or >64-bit integers are parsed by the stdlib instead."""
     assert _json.loads(body) == json.loads(body)
+
+
+@pytest.mark.parametrize("number", [2**64, 2**64 + 1, -(2**64) - 7, 10**30])
+def test_integers_beyond_64_bits_are_read_exactly(number: int) -> None:
+    """An integer orjson would read as a float comes back as the exact int."""
+    assert _json.loads(f'{{"reward": {number}, "ids": [1, 2]}}'.encode()) == {
+        "reward": number,
+        "ids": [1, 2],
+    }
+
+
+@pytest.mark.parametrize("number", [2**64 - 1, 2**63 + 5, 10**19])
+def test_largest_token_ids_are_read_exactly(number: int) -> None:
+    """Ids up to 2**64 - 1 (20 digits) are exact whichever parser reads them."""
+    assert _json.loads(f"[{number}, 3]".encode()) == [number, 3]
+
+
+def test_long_digit_runs_are_found_with_and_without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digit-run check answers the same through numpy and through bytes.translate."""
+    bodies = [b"[1,2,3]", b'{"a": 12345678901234567890}', b'"1234567890123456789"', b"9" * 25]
+    with_numpy = [_json._has_long_digit_run(body) for body in bodies]
+    monkeypatch.setattr(_json, "_numpy", None)
+    assert (
+        [_json._has_long_digit_run(body) for body in bodies]
+        == with_numpy
+        == [
+            False,
+            True,
+            False,
+            True,
+        ]
+    )
