@@ -72,9 +72,8 @@ WHEEL = "gym wheel"
 
 def _names(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(allowed))
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"{what}: choose from {', '.join(allowed)}")
+    if sorted(set(names) - set(allowed)):
+        raise SystemExit(f"{what}: choose from {', '.join(allowed)} (comma-separated)")
     return names
 
 
@@ -84,7 +83,7 @@ def _sizes(text: str) -> list[int]:
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--backends", default="dir,redis", help="ours: dir, redis")
+    parser.add_argument("--backends", default="dir,redis", help="ours: dir, redis ('': none)")
     parser.add_argument("--layouts", default="delta,full", help="delta, full")
     parser.add_argument("--rollouts", type=int, default=64, help="rollouts writing at once")
     parser.add_argument("--calls", type=int, default=50, help="calls per rollout")
@@ -99,7 +98,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, help="py-spy the store servers into this dir")
     args = parser.parse_args()
     args.backends = _names(args.backends, BACKENDS, "--backends")
-    args.layouts = _names(args.layouts, LAYOUTS, "--layouts")
+    args.layouts = _names(args.layouts, LAYOUTS, "--layouts") or list(LAYOUTS)
     args.growth_sizes = _sizes(args.growth_sizes)
     if args.quick:
         args.rollouts, args.calls, args.burst_rounds = 8, 10, 2
