@@ -124,26 +124,24 @@ def growth_table(rows: Sequence[Row]) -> list[str]:
 
 # A py-spy raw frame: "function (path/to/module.py:123)"; the line number is dropped.
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::\d+)?\)$")
-_PATH_ANCHORS = ("site-packages/", "/service/", "/client/", "/lib/python")
+# Everything up to the package: site-packages, else our source roots or the standard library.
+_PATH_PREFIX = re.compile(r"^.*(?:site-packages/)|^.*?(?:/service/|/client/|/lib/python3\.\d+/)")
 
 
 def _short(frame: str) -> str:
     found = _FRAME.match(frame)
     if found is None:
         return frame
-    path = found["path"]
-    for anchor in _PATH_ANCHORS:
-        if anchor in path:
-            path = path.split(anchor, 1)[1]
-            break
-    return f"{found['function']} ({path})"
+    return f"{found['function']} ({_PATH_PREFIX.sub('', found['path'])})"
 
 
 def profile_summary(raw: Path, *, top: int = 15) -> list[str]:
     """The functions that hold most samples of a py-spy raw (collapsed stacks) file.
 
-    Inclusive: share of samples with the function anywhere on the stack (once
-    per stack); self: share with it as the innermost frame.
+    Self: share of samples with the function as the innermost frame (where the
+    CPU goes). Inclusive, for our own functions only (`token_finalizer`): share
+    of samples with the function anywhere on the stack, once per stack (which
+    of our steps the time is spent under).
     """
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
@@ -157,11 +155,12 @@ def profile_summary(raw: Path, *, top: int = 15) -> list[str]:
         total += count
         own[frames[-1]] += count
         for frame in set(frames):
-            inclusive[frame] += count
+            if "token_finalizer" in frame:
+                inclusive[frame] += count
     if not total:
         return [f"{raw.name}: no samples"]
-    lines = [f"{raw.name}: {total} samples (all threads, idle excluded)", "  self:"]
+    lines = [f"{raw.name}: {total} samples (every thread, idle excluded)", "  self:"]
     lines += [f"    {100 * n / total:5.1f}%  {name}" for name, n in own.most_common(top)]
-    lines.append("  inclusive:")
+    lines.append("  inclusive (ours):")
     lines += [f"    {100 * n / total:5.1f}%  {name}" for name, n in inclusive.most_common(top)]
     return lines

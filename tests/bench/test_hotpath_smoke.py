@@ -13,7 +13,6 @@ import orjson
 import pytest
 
 from bench._hotpath_driver import SideSamples, run_side
-from bench._hotpath_report import Row, growth_table, main_tables
 from bench._hotpath_sides import StandInSide, served_side
 from bench._hotpath_workload import Workload
 from tests.support.redis import redis_url
@@ -59,29 +58,3 @@ async def test_store_serve_side_completes_every_phase() -> None:
     async with served_side("dir", redis_url()) as side:
         samples = await run_side(side, workload, burst_rounds=BURSTS)
     assert _complete(samples)
-
-
-def _row(side: str, baseline: bool, scale: float) -> Row:
-    samples = SideSamples(
-        capture=[scale] * 3,
-        resolve=[scale] * 3,
-        begin=[scale] * 3,
-        put=[scale] * 3,
-        turns=[0, 1, 2],
-        alone=[scale],
-        burst=[scale],
-    )
-    return Row("delta", side, 3, samples, baseline=baseline)
-
-
-def test_main_tables_give_each_side_its_ratio_to_the_baseline() -> None:
-    """A side three times slower than the baseline reads 3.0x in every ratio column."""
-    lines = main_tables([_row("gym stand-in", True, 2.0), _row("ours dir", False, 6.0)])
-    (ratios,) = [line for line in lines if line.startswith("delta  ours dir") and "x" in line]
-    assert ratios.split()[3:] == ["3.0x"] * 10
-
-
-def test_growth_table_brackets_the_ratio() -> None:
-    """Growth rows carry each figure with its ratio to the baseline of the same length."""
-    lines = growth_table([_row("gym stand-in", True, 2.0), _row("ours dir", False, 6.0)])
-    assert lines[-1].split()[4:] == ["6.0", "(3.0x)"] * 4
