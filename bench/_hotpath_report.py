@@ -135,17 +135,23 @@ def _short(frame: str) -> str:
     return f"{found['function']} ({_PATH_PREFIX.sub('', found['path'])})"
 
 
-def profile_summary(raw: Path, *, top: int = 15) -> list[str]:
-    """The functions that hold most samples of a py-spy raw (collapsed stacks) file.
+# Innermost frames of a thread that waits for work: the event loop's poll, an idle pool thread.
+_WAITING = ("EpollSelector.select (selectors.py)", "_worker (concurrent/futures/thread.py)")
 
-    Self: share of samples with the function as the innermost frame (where the
-    CPU goes). Inclusive, for our own functions only (`token_finalizer`): share
-    of samples with the function anywhere on the stack, once per stack (which
-    of our steps the time is spent under).
+
+def profile_summary(raw: Path, *, top: int = 15) -> list[str]:
+    """The functions that hold most busy samples of a py-spy raw (collapsed stacks) file.
+
+    Samples whose innermost frame waits for work (`_WAITING`) are counted, then
+    left out of the shares. Self: share of busy samples with the function as
+    the innermost frame (a C call such as fsync or a JSON parse is charged to
+    the Python function that made it). Inclusive, for our own functions only
+    (`token_finalizer`, the command line's entry frames left out): share of
+    busy samples with the function anywhere on the stack, once per stack.
     """
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
-    total = 0
+    total = waiting = 0
     for line in raw.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
@@ -153,14 +159,18 @@ def profile_summary(raw: Path, *, top: int = 15) -> list[str]:
         count = int(count_text)
         frames = [_short(frame) for frame in stack.split(";")]
         total += count
+        if frames[-1] in _WAITING:
+            waiting += count
+            continue
         own[frames[-1]] += count
         for frame in set(frames):
-            if "token_finalizer" in frame:
+            if "token_finalizer/" in frame and "token_finalizer/cli/" not in frame:
                 inclusive[frame] += count
-    if not total:
-        return [f"{raw.name}: no samples"]
-    lines = [f"{raw.name}: {total} samples (every thread, idle excluded)", "  self:"]
-    lines += [f"    {100 * n / total:5.1f}%  {name}" for name, n in own.most_common(top)]
+    busy = total - waiting
+    if not busy:
+        return [f"{raw.name}: no busy samples"]
+    lines = [f"{raw.name}: {busy} busy samples of {total} (the rest wait for work)", "  self:"]
+    lines += [f"    {100 * n / busy:5.1f}%  {name}" for name, n in own.most_common(top)]
     lines.append("  inclusive (ours):")
-    lines += [f"    {100 * n / total:5.1f}%  {name}" for name, n in inclusive.most_common(top)]
+    lines += [f"    {100 * n / busy:5.1f}%  {name}" for name, n in inclusive.most_common(top)]
     return lines

@@ -39,16 +39,29 @@ def test_profile_summary_ranks_innermost_frames_by_share(tmp_path: Path) -> None
     raw = tmp_path / "store-dir-delta.txt"
     root = "run (/x/.venv/lib/python3.11/site-packages/uvicorn/server.py:10)"
     read = "_read_entries (/x/service/token_finalizer/sources/file.py:570)"
-    raw.write_text(f"{root};{read};loads (<built-in>) 3\n{root};fsync (<built-in>) 1\n")
+    raw.write_text(f"{root};{read};loads (<built-in>) 3\n{root};{read} 1\n")
     lines = profile_summary(raw)
-    assert lines[2:4] == ["     75.0%  loads (<built-in>)", "     25.0%  fsync (<built-in>)"]
+    assert lines[2:4] == [
+        "     75.0%  loads (<built-in>)",
+        "     25.0%  _read_entries (token_finalizer/sources/file.py)",
+    ]
 
 
 def test_profile_summary_credits_our_functions_once_per_stack(tmp_path: Path) -> None:
     """Inclusive shares list only our functions, each counted once however deep it recurses."""
     raw = tmp_path / "store-redis-full.txt"
     ours = "resolve (/x/service/token_finalizer/core/lineage_resolution.py:{})"
-    raw.write_text(f"{ours.format(1)};{ours.format(9)};sha (<built-in>) 2\nselect (<built-in>) 2\n")
+    raw.write_text(f"{ours.format(1)};{ours.format(9)};sha (<built-in>) 2\nhash (<built-in>) 2\n")
     lines = profile_summary(raw)
     inclusive = lines[lines.index("  inclusive (ours):") + 1 :]
     assert inclusive == ["     50.0%  resolve (token_finalizer/core/lineage_resolution.py)"]
+
+
+def test_profile_summary_leaves_waiting_threads_out_of_the_shares(tmp_path: Path) -> None:
+    """Samples of the event loop's poll count as waiting: the busy rest makes 100%."""
+    raw = tmp_path / "store-dir-full.txt"
+    poll = "EpollSelector.select (/usr/lib/python3.11/selectors.py:468)"
+    raw.write_text(f"{poll} 9\nwork (/x/service/token_finalizer/sources/file.py:1) 1\n")
+    lines = profile_summary(raw)
+    assert lines[0].endswith("1 busy samples of 10 (the rest wait for work)")
+    assert lines[2] == "    100.0%  work (token_finalizer/sources/file.py)"
