@@ -72,7 +72,7 @@ _COMPOSE_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?][^}]*)?\}"
 OPERATOR_ENV = {
     "CAPTURE_TOKEN": "store-token",
     "FINALIZER_TOKEN": "finalizer-token",
-    "RETIRE_KEY": "retire-key",
+    "RETIRE_KEY": "retire-key-of-the-operator-0123456789",
 }
 
 
@@ -215,7 +215,7 @@ def test_replica_config_is_valid(compose: dict[str, Any], name: str) -> None:
     assert (settings.default_source, sorted(settings.sources)) == ("store", ["redis", "store"])
     assert (settings.auth.bearer_tokens, settings.retire.key) == (
         ("finalizer-token",),
-        "retire-key",
+        "retire-key-of-the-operator-0123456789",
     )
     assert settings.token_id_capture.max_mask_fraction is not None
 

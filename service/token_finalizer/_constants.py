@@ -9,9 +9,22 @@ from __future__ import annotations
 
 from typing import Final
 
+# Configuration files: deepest nesting and most values (aliases expanded) accepted.
+# A real configuration is a few levels deep and holds a few hundred values.
+CONFIG_MAX_DEPTH = 64
+CONFIG_MAX_VALUES = 100_000
+# Longest duration a setting accepts, in seconds (ten years): a larger one
+# would overflow a socket timeout or a Redis expiry when the service uses it.
+MAX_SETTING_SECONDS = 10 * 365 * 24 * 3600
+# A retire key must hold at least this many bytes: a short one is recovered
+# offline from a single genuine ticket.
+MIN_RETIRE_KEY_BYTES = 32
+
 # TokenEntry records newer than this are refused: a newer schema may change what
 # a token field means, and guessing would train on wrong data.
 TOKEN_ENTRY_SCHEMA_VERSION = 1
+# ... and older than this too: NeMo Gym 0.7 refuses them (no writer ever produced one).
+TOKEN_ENTRY_MIN_SCHEMA_VERSION = 1
 
 # Rounding of the fractions reported in build metrics.
 FRACTION_DIGITS = 4
@@ -65,6 +78,9 @@ ZSTD_WINDOW_LOG = 22
 # zstd bodies that do not announce their size are fed to the decoder this many
 # compressed bytes at a time, so the size limit is checked every few MB of output.
 ZSTD_STREAM_INPUT_BYTES = 1024
+# gzip and deflate bodies are decoded at most this many bytes of output a step,
+# so a bomb is refused a step after it passes the size limit.
+INFLATE_STEP_BYTES = 1024 * 1024
 # Below this size compression costs more than it saves on loopback and LANs.
 ZSTD_MIN_BYTES = 1024
 # Uncompressed answers of at least this size are streamed in chunks of the

@@ -119,7 +119,7 @@ def remote_finalizer(tmp_path: Path, store: str) -> Iterator[str]:
 def replicas(tmp_path: Path, store: str) -> Iterator[tuple[str, str]]:
     """Two `serve` replicas in front of the store, sharing one retire.key (docker-compose.yml)."""
     source = f'store: {{kind: http, url: "{store}"}}'
-    extra = "retire: {key: examples-shared-secret}\n"
+    extra = "retire: {key: examples-shared-secret-0123456789abc}\n"
     with (
         serving_finalizer(tmp_path, source, name="replica-a", extra=extra) as replica_a,
         serving_finalizer(tmp_path, source, name="replica-b", extra=extra) as replica_b,

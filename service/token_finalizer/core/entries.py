@@ -15,7 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from token_finalizer._constants import TOKEN_ENTRY_SCHEMA_VERSION
+from token_finalizer._constants import (
+    TOKEN_ENTRY_MIN_SCHEMA_VERSION,
+    TOKEN_ENTRY_SCHEMA_VERSION,
+)
 from token_finalizer.core.codec import PromptReuse, loads_with_token_arrays
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError
 from token_finalizer.core.identity import check_model_call_id, check_store_id
@@ -113,6 +116,14 @@ class TokenEntry:
             raise TokenEntryError(
                 f"schema_version {schema} is newer than {TOKEN_ENTRY_SCHEMA_VERSION}, "
                 "the newest this reader understands"
+            )
+        if schema < TOKEN_ENTRY_MIN_SCHEMA_VERSION:
+            # NeMo Gym 0.7 refuses such a capture at freeze, in these words
+            # (docs/records-and-builds.md#validation).
+            raise TokenEntryError(
+                f"token record is schema_version {schema}, below the supported minimum "
+                f"{TOKEN_ENTRY_MIN_SCHEMA_VERSION}. Pre-lineage records were never written in "
+                "production; regenerate the rollout with a current writer."
             )
         for key in ("rollout_id", "model_call_id"):
             if key not in data:

@@ -94,14 +94,16 @@ def _link(entries: Sequence[TokenEntry]) -> _Linked:
             report.unresolved.append(call_id)
         candidates, known = materialized.entries, materialized.cumulative_digests
     else:
-        ids = [entry.model_call_id for entry in entries]
-        if len(set(ids)) != len(ids):
-            duplicated = sorted({i for i in ids if ids.count(i) > 1})
+        # A copy with the same tokens is the same call stored twice (a relay that
+        # re-sent its line): built once, counted in `n_calls` as often as stored.
+        # Copies that differ leave no way to tell which call happened.
+        deduplicated = deduplicate(entries)
+        if deduplicated.conflicts:
             raise BuildFailed(
-                f"{DUPLICATE_CALL_ID_ERROR}: {', '.join(duplicated)}",
+                f"{DUPLICATE_CALL_ID_ERROR}: {', '.join(sorted(set(deduplicated.conflicts)))}",
                 reason=MaskReason.DUPLICATE_CALL_ID,
             )
-        candidates, known = list(entries), {}
+        candidates, known = deduplicated.entries, {}
     kept = [entry for entry in candidates if len(entry.generation_token_ids)]
     calls = processing_order(kept, [entry.prompt_token_ids for entry in kept])
     if is_lineage_snapshot(entries):

@@ -16,12 +16,12 @@ went wrong and where; the finalize path turns it into a masked build.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
+import numpy as np
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
@@ -38,7 +38,6 @@ from token_finalizer.core.codec import (
     PromptReuse,
     loads_json,
     loads_with_token_arrays,
-    zstd_decompress,
 )
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import (
@@ -49,6 +48,7 @@ from token_finalizer.core.errors import (
 )
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redact
+from token_finalizer.sources._encoded_body import IDENTITY, decode_body, encoding_of
 from token_finalizer_client.protocol import rollout_path
 from token_finalizer_client.transport import (
     RETRY_STATUSES,
@@ -71,18 +71,36 @@ def _exactly(value: object, kind: type[_T]) -> _T | None:
     return None
 
 
+_TOKEN_ARRAYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+def _same_entry(first: TokenEntry, other: TokenEntry) -> bool:
+    """Whether two parsed entries hold the same payload (token arrays compared as arrays)."""
+    for name in _TOKEN_ARRAYS:
+        if not np.array_equal(getattr(first, name), getattr(other, name), equal_nan=True):
+            return False
+    rest, other_rest = first.to_dict(as_lists=False), other.to_dict(as_lists=False)
+    for name in _TOKEN_ARRAYS:
+        del rest[name], other_rest[name]
+    return bool(rest == other_rest)
+
+
 @dataclass(frozen=True, slots=True)
 class _Answer:
-    """One HTTP answer, its body still zstd-compressed when the server compressed it."""
+    """One HTTP answer, its body still compressed when the server compressed it."""
 
     status_code: int
     headers: Mapping[str, str]
     raw: bytes
-    zstd: bool
+    encoding: str
+
+    @property
+    def compressed(self) -> bool:
+        return self.encoding != IDENTITY
 
     def body(self) -> bytes:
-        """The decoded body; CodecError when it does not decode."""
-        return zstd_decompress(self.raw, limit=HTTP_MAX_ANSWER_BYTES) if self.zstd else self.raw
+        """The decoded body; CodecError when it does not decode or passes the size limit."""
+        return decode_body(self.raw, self.encoding, limit=HTTP_MAX_ANSWER_BYTES)
 
     def error_text(self) -> str:
         """The server's `error` message, else the start of its body."""
@@ -150,13 +168,13 @@ class HttpTokenSource:
             self._client.build_request(method, path, **kwargs), stream=True
         )
         try:
-            # A zstd body is kept compressed: it is decoded later in one shot, off
-            # the event loop (httpx's streaming decoder is several times slower).
-            zstd = response.headers.get("content-encoding", "").strip().lower() == "zstd"
-            chunks = response.aiter_raw() if zstd else response.aiter_bytes()
+            # Every body is read as sent: a compressed one is decoded later in one
+            # pass under the size limit, off the event loop (`_encoded_body`), so a
+            # gzip bomb fails as fast as a zstd one instead of expanding while read.
+            encoding = encoding_of(response.headers.get("content-encoding"))
             parts: list[bytes] = []
             size = 0
-            async for chunk in chunks:
+            async for chunk in response.aiter_raw():
                 parts.append(chunk)
                 size += len(chunk)
                 if size > HTTP_MAX_ANSWER_BYTES:
@@ -164,7 +182,7 @@ class HttpTokenSource:
                         f"capture store {self.url} sent an answer over "
                         f"{HTTP_MAX_ANSWER_BYTES} bytes to {method} {path}"
                     )
-            return _Answer(response.status_code, response.headers, b"".join(parts), zstd=zstd)
+            return _Answer(response.status_code, response.headers, b"".join(parts), encoding)
         finally:
             await response.aclose()
 
@@ -225,9 +243,9 @@ class HttpTokenSource:
                 f"capture store {self.url} did not finish the {what} within {self.deadline_s}s"
             ) from None
         self._check_status(answer, f"freeze of rollout {rollout_id}")
-        if answer.zstd or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
+        if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
             # Decoding and parsing a large snapshot would stall the event loop (and
-            # a zstd body is small on the wire whatever its decoded size).
+            # a compressed body is small on the wire whatever its decoded size).
             return await asyncio.to_thread(self._snapshot, answer, rollout_id)
         return self._snapshot(answer, rollout_id)
 
@@ -284,11 +302,18 @@ class HttpTokenSource:
                 f"capture store {self.url}: {what} holds entries of rollout(s) "
                 f"{', '.join(strangers)}"
             )
-        counts = Counter(e.model_call_id for e in entries)
-        twice = sorted(call_id for call_id, count in counts.items() if count > 1)
-        if twice:
+        # A line the store holds twice (a relay re-sent it) is listed twice, the
+        # same both times; two different payloads of one call are the store's fault.
+        first: dict[str, TokenEntry] = {}
+        differing = set()
+        for entry in entries:
+            kept = first.setdefault(entry.model_call_id, entry)
+            if kept is not entry and not _same_entry(kept, entry):
+                differing.add(entry.model_call_id)
+        if differing:
             raise SourceUnavailable(
-                f"capture store {self.url}: {what} lists model call(s) {', '.join(twice)} twice"
+                f"capture store {self.url}: {what} lists model call(s) "
+                f"{', '.join(sorted(differing))} twice, with different payloads"
             )
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:

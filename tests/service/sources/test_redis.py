@@ -126,9 +126,23 @@ async def test_refused_ids_write_no_key(
     for bad in ("a}b", "{ng:x}", "a b", "../x"):
         with pytest.raises(InvalidRolloutId):
             await rstore.freeze(bad)
+    for bad in ("a\nb", "\x00", ""):
         with pytest.raises(InvalidRolloutId):
             await rstore.begin_call("r1", bad)
     assert _keys(raw, redis_prefix) == []
+
+
+async def test_call_ids_are_hash_fields_never_key_names(
+    rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
+) -> None:
+    """A call id holding `{`, `}`, `:` and `/` adds no key: it is a field of the rollout's keys."""
+    call_id = "{ng:x}/a}b:c"
+    await rstore.begin_call("r1", call_id)
+    await rstore.put(make_entry("r1", call_id, [1], [2]))
+    await rstore.mark_incomplete("r1", call_id)
+    keys = _keys(raw, redis_prefix)
+    assert keys and all(key.startswith(f"{redis_prefix}{{ng:r1}}:") for key in keys)
+    assert not [key for key in keys if call_id in key]
 
 
 # -- retention ----------------------------------------------------------------------------------

@@ -136,11 +136,9 @@ def _read_entries(
 
 
 def _frozen_lines(files: CaptureFiles, state: CaptureState) -> tuple[bytes, ...]:
-    lines = [line for line in _read_indexed(files, state).split(b"\n") if line.strip()]
-    if len(lines) > len(state.entry_digests):
-        # A call re-sent by its writer may be stored twice, byte for byte: keep it once.
-        lines = list(dict.fromkeys(lines))
-    return tuple(lines)
+    # A line stored twice (a relay re-sending it) goes out twice, as a direct
+    # freeze reads it: NeMo Gym 0.7 counts both in `n_calls`.
+    return tuple(line for line in _read_indexed(files, state).split(b"\n") if line.strip())
 
 
 class FileTokenStore:
