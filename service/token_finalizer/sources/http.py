@@ -344,7 +344,7 @@ class HttpTokenSource:
             ) from None
         if response.status_code != 200:
             # The store's own reason (its Redis down, its directory gone), cut short.
-            answer = _Answer(response.status_code, response.headers, response.content, zstd=False)
+            answer = _Answer(response.status_code, response.headers, response.content, IDENTITY)
             reason = redact(answer.error_text())[:_HEALTH_REASON_CHARS]
             raise SourceUnavailable(
                 f"capture store {self.url} is not healthy: /health answered "
