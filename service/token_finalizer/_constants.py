@@ -165,6 +165,17 @@ REDIS_PUT_ROUNDS = 4
 # Largest request body the store server reads (one TokenEntry per PUT; a
 # 100k-token prompt is under 1 MB of JSON).
 STORE_MAX_BODY_BYTES = 64 * 1024 * 1024
+# External staging (docs/staging.md#storage). Staged calls are immutable once
+# stored, so each process keeps the ones it parsed (the parents a new call's
+# custody check walks) by staging digest, up to this many token ids in all,
+# least recently used out first: ~24 bytes a token (ids, mask, log probs),
+# so about 100 MB, a 400-call chain of 500-token deltas 200k of them.
+STAGED_CACHE_MAX_TOKENS = 4_000_000
+# The file store keeps each rollout's ledger and staged-call index in the
+# process, read on from the last byte offset; at most this many rollouts.
+STAGING_INDEX_MAX_ROLLOUTS = 4096
+# A staged/fetch or staged/extras request names at most this many calls.
+STAGED_FETCH_MAX_KEYS = 100_000
 # Snapshots with at least this many tokens are encoded in a worker thread by
 # the store server, so other writers are not stalled meanwhile ...
 STORE_ENCODE_IN_THREAD_MIN_TOKENS = 200_000

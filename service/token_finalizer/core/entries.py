@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from token_finalizer.core.codec import PromptReuse, loads_with_token_arrays
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_fields import Lineage, parse_lineage
+
+if TYPE_CHECKING:
+    from token_finalizer.core.staging.stored import StagedCapture
 
 __all__ = ["Snapshot", "TokenEntry"]
 
@@ -269,10 +272,15 @@ class TokenEntry:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """An immutable view of one rollout's capture at freeze time."""
+    """An immutable view of one rollout's capture at freeze time.
+
+    A rollout captured by external staging has no entries: `staged` holds its
+    manifest and staged base snapshots instead (docs/staging.md#storage).
+    """
 
     rollout_id: str
     entries: tuple[TokenEntry, ...]
     incomplete: bool
     snapshot_id: str
     version: int
+    staged: StagedCapture | None = None

@@ -1,6 +1,8 @@
 """The `http` source: a remote capture store speaking protocol v1 (docs/store-protocol.md).
 
-Finalizer side only (freeze, drop, ping, close). One pooled AsyncClient per
+Finalizer side only (freeze, drop, ping, close, and the extras of staged
+calls: a staging rollout's freeze answer holds its manifest and snapshots,
+read by `_http_staged`). One pooled AsyncClient per
 source, opened with the source and closed with it. Freeze and drop are both
 safe to repeat (freeze is idempotent, drop is conditional on the exact
 snapshot), so they go through the project's one retry policy,
@@ -16,7 +18,7 @@ went wrong and where; the finalize path turns it into a masked build.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,6 +51,8 @@ from token_finalizer.core.errors import (
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redact
 from token_finalizer.sources._encoded_body import IDENTITY, decode_body, encoding_of
+from token_finalizer.sources._http_staged import STAGED_KIND, extras_of, staged_snapshot
+from token_finalizer.sources.base import StagedExtras
 from token_finalizer_client.protocol import rollout_path
 from token_finalizer_client.transport import (
     RETRY_STATUSES,
@@ -229,19 +233,22 @@ class HttpTokenSource:
 
     # -- TokenSource -----------------------------------------------------------
 
-    async def freeze(self, rollout_id: str) -> Snapshot:
-        """Freeze the rollout in the remote store and return its snapshot."""
-        path = rollout_path(check_store_id(rollout_id), "freeze")
-        what = f"freeze of rollout {rollout_id}"
+    async def _within_deadline(self, method: str, path: str, what: str, **kwargs: Any) -> _Answer:
         try:
-            # One deadline for the whole freeze, retries and every byte included:
+            # One deadline for the whole call, retries and every byte included:
             # a store trickling its answer cannot hold a finalize for long.
             async with asyncio.timeout(self.deadline_s):
-                answer = await self._send("POST", path, what)
+                return await self._send(method, path, what, **kwargs)
         except TimeoutError:
             raise StoreUnreachable(
                 f"capture store {self.url} did not finish the {what} within {self.deadline_s}s"
             ) from None
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        """Freeze the rollout in the remote store and return its snapshot."""
+        path = rollout_path(check_store_id(rollout_id), "freeze")
+        what = f"freeze of rollout {rollout_id}"
+        answer = await self._within_deadline("POST", path, what)
         self._check_status(answer, f"freeze of rollout {rollout_id}")
         if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
             # Decoding and parsing a large snapshot would stall the event loop (and
@@ -269,6 +276,9 @@ class HttpTokenSource:
             raise SourceUnavailable(
                 f"capture store {self.url}: {what} names rollout {body.get('rollout_id')!r}"
             )
+        kind = body.get("kind", "entries")
+        if kind not in ("entries", STAGED_KIND):
+            raise SourceUnavailable(f"capture store {self.url}: {what} is of unknown kind {kind!r}")
         entries = _exactly(body.get("entries"), list)
         snapshot_id = _exactly(body.get("snapshot_id"), str) or None  # "" names no snapshot
         version = _exactly(body.get("version"), int)
@@ -284,6 +294,9 @@ class HttpTokenSource:
             raise SourceUnavailable(
                 f"capture store {self.url}: {what} has no valid {', '.join(problems)}"
             )
+        if kind == STAGED_KIND:
+            where = f"capture store {self.url}: {what}"
+            return staged_snapshot(body, rollout_id, snapshot_id, version, where)
         # TokenEntryError (a newer schema, a bad field) propagates as it is.
         parsed = tuple(TokenEntry.from_dict(entry) for entry in entries)
         self._check_entries(parsed, rollout_id, what)
@@ -331,6 +344,22 @@ class HttpTokenSource:
                 f"capture store {self.url}: the {what} answer is not {{'dropped': bool}}"
             )
         return dropped
+
+    async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
+        """The extras of these staged calls (`POST staged/extras`); a call not staged is absent."""
+        ids = list(call_ids)
+        if not ids:
+            return {}
+        path = rollout_path(check_store_id(rollout_id), "staged/extras")
+        what = f"extras of rollout {rollout_id}"
+        answer = await self._within_deadline("POST", path, what, json={"keys": ids})
+        self._check_status(answer, what)
+        where = f"capture store {self.url}: the {what}"
+        if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
+            body = await asyncio.to_thread(self._parsed, answer, where, loads_json)
+        else:
+            body = self._parsed(answer, where, loads_json)
+        return extras_of(body, ids, where)
 
     async def ping(self) -> None:
         """Raise SourceUnavailable unless `GET {url}/health` answers 200 (not retried)."""

@@ -36,7 +36,7 @@ from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.settings import ConfigError, settings_from_mapping
-from token_finalizer.sources.redis import KEY_PARTS, RedisTokenStore
+from token_finalizer.sources.redis import ENTRY_KEY_PARTS, RedisTokenStore
 
 pytestmark = pytest.mark.anyio
 
@@ -74,12 +74,12 @@ def _dead_url(password: str | None = None) -> str:
 async def test_every_key_of_a_rollout_carries_its_hash_tag(
     rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
 ) -> None:
-    """All six keys of a rollout are `<prefix>{ng:<id>}:<part>`, so they share a cluster slot."""
+    """All six token-capture keys of a rollout are `<prefix>{ng:<id>}:<part>` (one cluster slot)."""
     await rstore.begin_call("r.1", "c2")
     await rstore.put(make_entry("r.1", "c1", [1], [2]))
     await rstore.mark_incomplete("r.1", "c3")
     keys = _keys(raw, redis_prefix)
-    assert keys == sorted(f"{redis_prefix}{{ng:r.1}}:{part}" for part in KEY_PARTS)
+    assert keys == sorted(f"{redis_prefix}{{ng:r.1}}:{part}" for part in ENTRY_KEY_PARTS)
     assert len({key_slot(key.encode()) for key in keys}) == 1
 
 

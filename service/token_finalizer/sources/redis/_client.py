@@ -12,6 +12,17 @@ tag `{ng:R}`, so Redis Cluster keeps one rollout on one slot:
     P{ng:R}:intents      SET    announced model_call_ids (begin_call)
     P{ng:R}:incomplete   SET    model_call_ids that failed to capture
 
+External staging (sources/redis/staging.py, docs/staging.md#storage):
+
+    P{ng:R}:ledger         LIST   ledger rows as NeMo Gym's file ledger writes them,
+                                  in commit order
+    P{ng:R}:ledger_ids     HASH   model_call_id -> its first row (write-once), and
+                                  "\n" + JSON [call id, reason] -> 1 per failure row
+    P{ng:R}:ledger_fp      HASH   fingerprint -> the ids of its committed rows, "\n"-joined
+    P{ng:R}:staged         HASH   model_call_id -> the staged call's base snapshot JSON
+    P{ng:R}:staged_extras  HASH   model_call_id -> {"attachments", "extras"} JSON
+    P{ng:R}:staged_index   HASH   model_call_id -> "<staging digest> <parent call id>"
+
 Any failure of the Redis client is a SourceUnavailable (StoreUnreachable when
 nothing answered): the finalizer answers 503 for it, never a masked record.
 """
@@ -42,10 +53,19 @@ from token_finalizer.core.redaction import redact, redacted_url
 from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
 
-__all__ = ["KEY_PARTS", "RedisConnection", "text"]
+__all__ = ["ENTRY_KEY_PARTS", "KEY_PARTS", "STAGING_KEY_PARTS", "RedisConnection", "text"]
 
-# The order of KEYS in every script.
-KEY_PARTS: Final = ("state", "entries", "digests", "order", "intents", "incomplete")
+# The order of KEYS in every script: token capture's keys, then external staging's.
+ENTRY_KEY_PARTS: Final = ("state", "entries", "digests", "order", "intents", "incomplete")
+STAGING_KEY_PARTS: Final = (
+    "ledger",
+    "ledger_ids",
+    "ledger_fp",
+    "staged",
+    "staged_extras",
+    "staged_index",
+)
+KEY_PARTS: Final = (*ENTRY_KEY_PARTS, *STAGING_KEY_PARTS)
 
 
 def text(value: object) -> str:
