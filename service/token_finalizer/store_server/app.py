@@ -2,6 +2,8 @@
 
 Store exceptions map to statuses in one place (`_STATUS_OF`); every refusal is
 `{"error": "<message>"}`. Which token may call which route is `roles.ROUTE_ROLES`.
+External staging's routes are `staging_routes`; NeMo Gym's control route,
+with Gym's own refusals, is `control_route`.
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ from token_finalizer.store_server._requests import (
     required_call_id,
     resolve_request,
 )
+from token_finalizer.store_server.control_route import control_router
 from token_finalizer.store_server.roles import (
     CALL_ROUTE,
     StoreTokens,
+    checks_own_token,
     role_of,
     unassigned_routes,
 )
+from token_finalizer.store_server.staging_routes import staging_router
 from token_finalizer.web.access_log import AccessLogMiddleware
 from token_finalizer.web.answers import error_response, json_response
 from token_finalizer.web.auth import BearerTokenGuard
@@ -117,11 +122,13 @@ def create_store_app(
     """Serve protocol v1 over `store`, a local memory, file or redis store.
 
     The routes call its put, mark_incomplete, begin_call, freeze_lines, drop
-    and resolve_lineage (read-only). With `tokens`, every path but /health
-    needs `Authorization: Bearer <token>` of a token holding the route's role
-    (401 for an unknown token, 403 for a wrong role); `token` is one token
-    holding every role. Request bodies over `max_body_bytes` are refused with
-    413. The caller owns `store` and closes it.
+    and resolve_lineage (read-only), and its staging methods. With `tokens`,
+    every path but /health needs `Authorization: Bearer <token>` of a token
+    holding the route's role (401 for an unknown token, 403 for a wrong role);
+    `token` is one token holding every role. NeMo Gym's control route is
+    mounted only when a control (or shared) token is configured, and checks
+    it itself. Request bodies over `max_body_bytes` are refused with 413. The
+    caller owns `store` and closes it.
     """
     access = tokens or StoreTokens()
     if token is not None:
@@ -142,7 +149,11 @@ def create_store_app(
     if access.enabled:
         # Probes stay open: load balancers and the finalizer's /ready have no token.
         app.add_middleware(
-            BearerTokenGuard, tokens=access.by_role(), role_of=role_of, open_paths={"/health"}
+            BearerTokenGuard,
+            tokens=access.by_role(),
+            role_of=role_of,
+            open_paths={"/health"},
+            passes=checks_own_token,
         )
     # One JSON line per request, probes (/health) at debug level only.
     app.add_middleware(AccessLogMiddleware)
@@ -204,6 +215,12 @@ def create_store_app(
         return await resolve_answer(
             store, rollout_id, resolve_request(body), request.headers.get("accept-encoding")
         )
+
+    app.include_router(staging_router(store, _read))
+    if access.control or access.shared:
+        # Gym's control route requires a token; a finalizer may read manifests too.
+        control_tokens = (*access.control, *access.finalizer, *access.shared)
+        app.include_router(control_router(store, control_tokens))
 
     _check_roles(app)
     return app

@@ -1,10 +1,13 @@
 """Store credentials by role: which role each route needs, and which tokens hold which role.
 
 A model server holds a **writer** token: it may write captures and resolve
-lineage, never freeze or drop one. The finalizer holds a **finalizer** token:
-freeze and drop. A training framework's control plane holds a **control**
-token: read-only routes (the staging manifest, once served). A request whose
+lineage, never freeze or drop one; with external staging, append ledger rows
+and stage calls. The finalizer holds a **finalizer** token: freeze and drop,
+read manifests and staged calls. A training framework's control plane holds
+a **control** token: NeMo Gym's read-only manifest route. A request whose
 token has no role of the route is a 403 (docs/store-protocol.md#roles).
+NeMo Gym's control route answers its own 401 in Gym's shape
+(`SELF_CHECKED_ROUTES`), so Gym's client reads it unchanged.
 
 `ROUTE_ROLES` is the one table: a route is added to the store server by
 adding its line here, and `create_store_app` refuses to start if a route has
@@ -21,11 +24,16 @@ from enum import StrEnum
 from token_finalizer_client.protocol import ROLLOUT_ROUTE
 
 __all__ = [
+    "ATTACHMENTS_ROUTE",
     "CALL_ROUTE",
+    "CONTROL_MANIFEST_ROUTE",
     "OPEN_ROUTES",
     "ROUTE_ROLES",
+    "SELF_CHECKED_ROUTES",
+    "STAGE_ROUTE",
     "StoreRole",
     "StoreTokens",
+    "checks_own_token",
     "role_of",
     "unassigned_routes",
 ]
@@ -39,6 +47,11 @@ class StoreRole(StrEnum):
 
 # The model call id is the rest of the path, percent-decoded: it may hold `/`.
 CALL_ROUTE = ROLLOUT_ROUTE + "/calls/{model_call_id:path}"
+# External staging (docs/staging.md#protocol): a staged call, and its attachments.
+STAGE_ROUTE = ROLLOUT_ROUTE + "/staged/{model_call_id:path}"
+ATTACHMENTS_ROUTE = STAGE_ROUTE + "/attachments"
+# NeMo Gym 0.7's manifest route, outside the rollout prefix, exactly as Gym serves it.
+CONTROL_MANIFEST_ROUTE = "/training-token-capture/control/rollouts/{rollout_id}/manifest"
 
 # (method, route as mounted) -> the role it needs. One line per route.
 ROUTE_ROLES: Mapping[tuple[str, str], StoreRole] = {
@@ -48,10 +61,23 @@ ROUTE_ROLES: Mapping[tuple[str, str], StoreRole] = {
     ("POST", ROLLOUT_ROUTE + "/lineage/resolve"): StoreRole.WRITER,
     ("POST", ROLLOUT_ROUTE + "/freeze"): StoreRole.FINALIZER,
     ("POST", ROLLOUT_ROUTE + "/drop"): StoreRole.FINALIZER,
+    ("POST", ROLLOUT_ROUTE + "/ledger/records"): StoreRole.WRITER,
+    ("POST", ROLLOUT_ROUTE + "/ledger/failures"): StoreRole.WRITER,
+    ("GET", ROLLOUT_ROUTE + "/ledger/has-rows"): StoreRole.WRITER,
+    ("GET", ROLLOUT_ROUTE + "/ledger/manifest"): StoreRole.FINALIZER,
+    ("PUT", STAGE_ROUTE): StoreRole.WRITER,
+    ("POST", ROLLOUT_ROUTE + "/staged/fetch"): StoreRole.FINALIZER,
+    ("POST", ROLLOUT_ROUTE + "/staged/extras"): StoreRole.FINALIZER,
+    ("GET", ATTACHMENTS_ROUTE): StoreRole.FINALIZER,
+    ("GET", CONTROL_MANIFEST_ROUTE): StoreRole.CONTROL,
 }
 
 # Probes: load balancers and the finalizer's /ready carry no token.
 OPEN_ROUTES = frozenset({("GET", "/health")})
+# Routes that check the bearer token themselves, answering a refusal in the shape
+# their caller expects: NeMo Gym's control route (401 {"detail": ...}). The
+# shared guard lets them through; each accepts the tokens of its role.
+SELF_CHECKED_ROUTES = frozenset({("GET", CONTROL_MANIFEST_ROUTE)})
 
 _PARAMETER = re.compile(r"\{(\w+)(:path)?\}")
 
@@ -72,6 +98,16 @@ def _pattern(route: str) -> re.Pattern[str]:
 _COMPILED: tuple[tuple[str, re.Pattern[str], StoreRole], ...] = tuple(
     (method, _pattern(path), role) for (method, path), role in ROUTE_ROLES.items()
 )
+
+
+_SELF_CHECKED: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (method, _pattern(path)) for method, path in SELF_CHECKED_ROUTES
+)
+
+
+def checks_own_token(method: str, path: str) -> bool:
+    """Whether the route a request reaches checks its bearer token itself."""
+    return any(own == method and pattern.match(path) for own, pattern in _SELF_CHECKED)
 
 
 def role_of(method: str, path: str) -> str | None:

@@ -77,8 +77,9 @@ class BearerTokenGuard:
     `tokens` maps each role to its tokens; `role_of` names the role a request
     needs (None: any configured token will do). A plain ASGI wrapper rather
     than a Starlette BaseHTTPMiddleware: it never touches response bodies, so a
-    30 MB snapshot streams through untouched. Paths in `open_paths` (probes)
-    pass without a token.
+    30 MB snapshot streams through untouched. Paths in `open_paths` (probes),
+    and requests `passes(method, path)` admits (routes that check their token
+    themselves), go through without a check here.
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class BearerTokenGuard:
         tokens: Mapping[str, Sequence[str]],
         role_of: RoleOf = _no_role,
         open_paths: Collection[str] = (),
+        passes: Callable[[str, str], bool] | None = None,
     ) -> None:
         every = [token for held in tokens.values() for token in held]
         if not every or not all(every):
@@ -98,9 +100,14 @@ class BearerTokenGuard:
         }
         self._role_of = role_of
         self._open_paths = frozenset(open_paths)
+        self._passes = passes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self._open_paths:
+        if (
+            scope["type"] != "http"
+            or scope["path"] in self._open_paths
+            or (self._passes is not None and self._passes(scope["method"], scope["path"]))
+        ):
             await self.app(scope, receive, send)
             return
         header = None
