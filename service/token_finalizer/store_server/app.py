@@ -38,7 +38,7 @@ from token_finalizer.store_server._requests import (
     required_call_id,
     resolve_request,
 )
-from token_finalizer.store_server.control_route import control_router
+from token_finalizer.store_server.control_route import install_control_route
 from token_finalizer.store_server.roles import (
     CALL_ROUTE,
     StoreTokens,
@@ -46,7 +46,7 @@ from token_finalizer.store_server.roles import (
     role_of,
     unassigned_routes,
 )
-from token_finalizer.store_server.staging_routes import staging_router
+from token_finalizer.store_server.staging_routes import install_staging_routes
 from token_finalizer.web.access_log import AccessLogMiddleware
 from token_finalizer.web.answers import error_response, json_response
 from token_finalizer.web.auth import BearerTokenGuard
@@ -216,11 +216,10 @@ def create_store_app(
             store, rollout_id, resolve_request(body), request.headers.get("accept-encoding")
         )
 
-    app.include_router(staging_router(store, _read))
+    install_staging_routes(app, store, _read)
     if access.control or access.shared:
         # Gym's control route requires a token; a finalizer may read manifests too.
-        control_tokens = (*access.control, *access.finalizer, *access.shared)
-        app.include_router(control_router(store, control_tokens))
+        install_control_route(app, store, (*access.control, *access.finalizer, *access.shared))
 
     _check_roles(app)
     return app

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
-from fastapi import APIRouter, Request
+from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
 from token_finalizer.core.errors import InvalidRolloutId
@@ -32,7 +32,7 @@ from token_finalizer.sources.base import CaptureStore
 from token_finalizer.store_server.roles import CONTROL_MANIFEST_ROUTE
 from token_finalizer.web.answers import json_response
 
-__all__ = ["UNAUTHORIZED_DETAIL", "control_router"]
+__all__ = ["UNAUTHORIZED_DETAIL", "install_control_route"]
 
 UNAUTHORIZED_DETAIL = "missing or invalid control-plane bearer token"
 
@@ -47,14 +47,13 @@ def _bears_one_of(header: str | None, expected: Sequence[bytes]) -> bool:
     return found
 
 
-def control_router(store: CaptureStore, tokens: Sequence[str]) -> APIRouter:
-    """The manifest route over `store`, open to a bearer of any of `tokens` (non-empty)."""
+def install_control_route(app: FastAPI, store: CaptureStore, tokens: Sequence[str]) -> None:
+    """Serve the manifest route over `store` to a bearer of any of `tokens` (non-empty)."""
     if not tokens or not all(tokens):
         raise ValueError("the control route needs at least one non-empty token")
     expected = tuple(f"Bearer {token}".encode() for token in tokens)
-    router = APIRouter()
 
-    @router.get(CONTROL_MANIFEST_ROUTE)
+    @app.get(CONTROL_MANIFEST_ROUTE)
     async def rollout_manifest(rollout_id: str, request: Request) -> Response:
         if not _bears_one_of(request.headers.get("authorization"), expected):
             return JSONResponse({"detail": UNAUTHORIZED_DETAIL}, status_code=401)
@@ -64,5 +63,3 @@ def control_router(store: CaptureStore, tokens: Sequence[str]) -> APIRouter:
             return JSONResponse({"detail": f"Invalid rollout id: {rollout_id!r}"}, status_code=400)
         manifest = await store.ledger_manifest(rollout_id)
         return json_response(manifest.to_json())
-
-    return router

@@ -13,7 +13,9 @@ Under the rollout prefix `{base}/ng-rollout/{rid}/training-token-capture/`:
 
 Each route is one call of the store's StagingStore methods; the freeze, drop
 and lineage/resolve routes of protocol v1 serve staging rollouts too
-(`_answers`). The role each route needs is in `roles.ROUTE_ROLES`.
+(`_answers`). The role each route needs is in `roles.ROUTE_ROLES`; the routes
+are added to the app itself (not through an included router), so the app's
+check that every served route has a role sees them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from fastapi import APIRouter, Request
+from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from token_finalizer._constants import STORE_ENCODE_IN_THREAD_MIN_BYTES
@@ -42,7 +44,7 @@ from token_finalizer.web.body import JsonBody
 from token_finalizer.web.errors import HttpError
 from token_finalizer_client.protocol import ROLLOUT_ROUTE
 
-__all__ = ["staging_router"]
+__all__ = ["install_staging_routes"]
 
 BodyReader = Callable[[Request], Awaitable[JsonBody]]
 
@@ -57,11 +59,10 @@ def _snapshots_answer(snapshots: tuple[bytes | None, ...], accept_encoding: str 
     return encoded_response([*pieces, b"]}"], accept_encoding=accept_encoding)
 
 
-def staging_router(store: CaptureStore, read_body: BodyReader) -> APIRouter:
-    """The staging routes over `store`; `read_body` reads a bounded JSON object body."""
-    router = APIRouter(prefix=ROLLOUT_ROUTE)
+def install_staging_routes(app: FastAPI, store: CaptureStore, read_body: BodyReader) -> None:
+    """Serve the staging routes over `store`; `read_body` reads a bounded JSON object body."""
 
-    @router.post("/ledger/records")
+    @app.post(ROLLOUT_ROUTE + "/ledger/records")
     async def record_row(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         row = ledger_row_request((await read_body(request)).data)
@@ -71,7 +72,7 @@ def staging_router(store: CaptureStore, read_body: BodyReader) -> APIRouter:
             raise _row_error(error) from None
         return json_response({"recorded": recorded}, status_code=201 if recorded else 200)
 
-    @router.post("/ledger/failures")
+    @app.post(ROLLOUT_ROUTE + "/ledger/failures")
     async def record_failure(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         call_id, reason = failure_request((await read_body(request)).data)
@@ -81,12 +82,12 @@ def staging_router(store: CaptureStore, read_body: BodyReader) -> APIRouter:
             raise _row_error(error) from None
         return json_response({"recorded": recorded}, status_code=201 if recorded else 200)
 
-    @router.get("/ledger/has-rows")
+    @app.get(ROLLOUT_ROUTE + "/ledger/has-rows")
     async def has_rows(rollout_id: str) -> Response:
         check_store_id(rollout_id)
         return json_response({"has_rows": await store.ledger_has_rows(rollout_id)})
 
-    @router.get("/ledger/manifest")
+    @app.get(ROLLOUT_ROUTE + "/ledger/manifest")
     async def manifest(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         found = await store.ledger_manifest(rollout_id)
@@ -94,7 +95,7 @@ def staging_router(store: CaptureStore, read_body: BodyReader) -> APIRouter:
             found.to_json(), accept_encoding=request.headers.get("accept-encoding")
         )
 
-    @router.put(STAGE_ROUTE.removeprefix(ROLLOUT_ROUTE))
+    @app.put(STAGE_ROUTE)
     async def stage(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         call_id = staged_call_id(request.scope)
@@ -106,7 +107,7 @@ def staging_router(store: CaptureStore, read_body: BodyReader) -> APIRouter:
             raise refusal(error) from None
         return json_response({"ok": True, "staging_key": staging_key(rollout_id, call_id)})
 
-    @router.post("/staged/fetch")
+    @app.post(ROLLOUT_ROUTE + "/staged/fetch")
     async def fetch(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         keys = call_keys((await read_body(request)).data)
@@ -116,7 +117,7 @@ def staging_router(store: CaptureStore, read_body: BodyReader) -> APIRouter:
             return await asyncio.to_thread(_snapshots_answer, snapshots, accept)
         return _snapshots_answer(snapshots, accept)
 
-    @router.post("/staged/extras")
+    @app.post(ROLLOUT_ROUTE + "/staged/extras")
     async def extras(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         keys = call_keys((await read_body(request)).data)
@@ -128,7 +129,7 @@ def staging_router(store: CaptureStore, read_body: BodyReader) -> APIRouter:
         accept = request.headers.get("accept-encoding")
         return await asyncio.to_thread(json_response, payload, accept_encoding=accept)
 
-    @router.get(ATTACHMENTS_ROUTE.removeprefix(ROLLOUT_ROUTE))
+    @app.get(ATTACHMENTS_ROUTE)
     async def attachments(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         call_id = staged_call_id(request.scope, attachments=True)
@@ -137,5 +138,3 @@ def staging_router(store: CaptureStore, read_body: BodyReader) -> APIRouter:
             return error_response(404, f"call {call_id} of rollout {rollout_id} is not staged")
         accept = request.headers.get("accept-encoding")
         return json_response({"attachments": found}, accept_encoding=accept)
-
-    return router

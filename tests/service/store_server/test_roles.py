@@ -16,8 +16,11 @@ from token_finalizer.store_server.roles import (
 
 
 def test_every_served_route_has_a_role_or_is_open() -> None:
-    """The app's routes are exactly the table's plus /health: none is served undecided."""
-    app = create_store_app(MemoryTokenStore())
+    """The app's routes are exactly the table's plus /health: none is served undecided.
+
+    A token is configured, so NeMo Gym's control route (mounted only then) is served too.
+    """
+    app = create_store_app(MemoryTokenStore(), token="t")
     served = {
         (method, getattr(route, "path", None))
         for route in app.routes
