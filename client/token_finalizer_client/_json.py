@@ -39,7 +39,10 @@ def _optional(name: str) -> Any:
 
 # None when orjson is not installed (tests set it to None to take the stdlib path).
 _orjson: Any = _optional("orjson")
-_numpy: Any = _optional("numpy")
+# numpy finds a long digit run in a large body faster; it is imported on first
+# such body only, so importing this package never loads it.
+_NUMPY_MIN_BYTES = 1 << 20
+_numpy: Any = None
 
 # 2**64 - 1 has 20 digits: a shorter run of digits is an integer orjson holds exactly.
 _LONG_RUN = 20
@@ -49,7 +52,10 @@ _DIGITS_ONLY = bytes(ord("d") if 48 <= byte <= 57 else ord(" ") for byte in rang
 
 def _has_long_digit_run(content: bytes) -> bool:
     """Whether `content` holds `_LONG_RUN` or more consecutive ASCII digits."""
-    if _numpy is None:
+    global _numpy
+    if _numpy is None and len(content) >= _NUMPY_MIN_BYTES:
+        _numpy = _optional("numpy") or False
+    if not _numpy:
         return content.translate(_DIGITS_ONLY).find(b"d" * _LONG_RUN) >= 0
     # Run lengths by doubling: two overlapping runs of length k make one of 2k.
     runs = _numpy.frombuffer(content, dtype=_numpy.uint8)

@@ -100,8 +100,9 @@ def test_largest_token_ids_are_read_exactly(number: int) -> None:
 def test_long_digit_runs_are_found_with_and_without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The digit-run check answers the same through numpy and through bytes.translate."""
     bodies = [b"[1,2,3]", b'{"a": 12345678901234567890}', b'"1234567890123456789"', b"9" * 25]
+    monkeypatch.setattr(_json, "_numpy", np)
     with_numpy = [_json._has_long_digit_run(body) for body in bodies]
-    monkeypatch.setattr(_json, "_numpy", None)
+    monkeypatch.setattr(_json, "_numpy", False)
     assert (
         [_json._has_long_digit_run(body) for body in bodies]
         == with_numpy
