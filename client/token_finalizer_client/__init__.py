@@ -11,7 +11,12 @@
 `FinalizerError` subclasses (see `_exceptions` for the tree). `HttpTokenSink`
 is the writer side of a remote capture store, for model servers, and
 `HttpLineageResolver` its request-time lineage lookup (NeMo Gym 0.7's
-`LineageResolver`). This package never imports the service, so harnesses and
+`LineageResolver`). For NeMo Gym 0.7's external staging, `HttpCaptureLedger`
+is the model server's capture ledger (Gym's `CaptureLedger`),
+`HttpStagingSink` the inference worker's staging sink and
+`HttpStagingSource` the trainer's staging source; `StageResult` and
+`StagedCallBaseSnapshot` are what they hand out when Gym itself is not
+loaded. This package never imports the service (nor Gym), so harnesses and
 trainers stay light.
 
 Optional, with the `fast` extra (`token-finalizer-client[fast]`): orjson
@@ -52,6 +57,8 @@ if TYPE_CHECKING:
         ConflictError,
         FinalizerError,
         InvalidAnswerError,
+        InvalidLedgerRequestError,
+        LedgerConflictError,
         MaskFractionExceeded,
         NotFoundError,
         PayloadTooLargeError,
@@ -59,6 +66,7 @@ if TYPE_CHECKING:
         ServerError,
         SourceUnavailableError,
     )
+    from token_finalizer_client._ledger import HttpCaptureLedger
     from token_finalizer_client._resolver import (
         HttpLineageResolver,
         LineageMatch,
@@ -66,6 +74,9 @@ if TYPE_CHECKING:
         ResolutionStatus,
     )
     from token_finalizer_client._sink import HttpTokenSink
+    from token_finalizer_client._staged_types import StagedCallBaseSnapshot, StageResult
+    from token_finalizer_client._staging_sink import HttpStagingSink
+    from token_finalizer_client._staging_source import HttpStagingSource
     from token_finalizer_client._types import Finalized, Readiness
 
 __version__ = "0.2.0"
@@ -85,6 +96,8 @@ _LAZY = {
     "ConflictError": "_exceptions",
     "FinalizerError": "_exceptions",
     "InvalidAnswerError": "_exceptions",
+    "InvalidLedgerRequestError": "_exceptions",
+    "LedgerConflictError": "_exceptions",
     "MaskFractionExceeded": "_exceptions",
     "NotFoundError": "_exceptions",
     "PayloadTooLargeError": "_exceptions",
@@ -96,6 +109,11 @@ _LAZY = {
     "LineageResolution": "_resolver",
     "ResolutionStatus": "_resolver",
     "HttpTokenSink": "_sink",
+    "HttpCaptureLedger": "_ledger",
+    "HttpStagingSink": "_staging_sink",
+    "HttpStagingSource": "_staging_source",
+    "StageResult": "_staged_types",
+    "StagedCallBaseSnapshot": "_staged_types",
     "Finalized": "_types",
     "Readiness": "_types",
 }
@@ -114,9 +132,14 @@ __all__ = [
     "Finalized",
     "FinalizerClient",
     "FinalizerError",
+    "HttpCaptureLedger",
     "HttpLineageResolver",
+    "HttpStagingSink",
+    "HttpStagingSource",
     "HttpTokenSink",
     "InvalidAnswerError",
+    "InvalidLedgerRequestError",
+    "LedgerConflictError",
     "LineageMatch",
     "LineageResolution",
     "MaskFractionExceeded",
@@ -127,6 +150,8 @@ __all__ = [
     "ResolutionStatus",
     "ServerError",
     "SourceUnavailableError",
+    "StageResult",
+    "StagedCallBaseSnapshot",
     "__version__",
 ]
 

@@ -27,6 +27,8 @@ __all__ = [
     "check_call_id",
     "check_rollout_id",
     "rollout_path",
+    "split_staging_key",
+    "staged_path",
 ]
 
 # ASCII only: `str.isalnum` and `\w` would admit look-alike letters from other scripts.
@@ -115,3 +117,21 @@ def _call_segment(model_call_id: str) -> str:
 def call_path(rollout_id: str, model_call_id: str) -> str:
     """`/ng-rollout/{id}/training-token-capture/calls/{call id, percent-encoded}`."""
     return rollout_path(rollout_id, f"calls/{_call_segment(model_call_id)}")
+
+
+def staged_path(rollout_id: str, model_call_id: str, tail: str = "") -> str:
+    """`.../training-token-capture/staged/{call id, percent-encoded}` (then `/tail`, if any)."""
+    operation = f"staged/{_call_segment(model_call_id)}"
+    return rollout_path(rollout_id, f"{operation}/{tail}" if tail else operation)
+
+
+def split_staging_key(key: object) -> tuple[str, str]:
+    """`(rollout_id, model_call_id)` of a staging key `rollout_id/model_call_id`.
+
+    A rollout id never holds `/`, so the key splits at its first one; the
+    call id may hold more. InvalidIdError for a key that is not one.
+    """
+    if not isinstance(key, str) or "/" not in key:
+        raise InvalidIdError(f"staging key {key!r:.200} is not 'rollout_id/model_call_id'")
+    rollout_id, _, model_call_id = key.partition("/")
+    return check_rollout_id(rollout_id), check_call_id(model_call_id)

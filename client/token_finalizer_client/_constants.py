@@ -28,6 +28,9 @@ DEFAULT_STORE_MAX_KEEPALIVE = 256
 # rollout: under 20 MB); a store answer carries one cumulative sequence.
 DEFAULT_MAX_ANSWER_BYTES = 256 * 1024 * 1024
 DEFAULT_STORE_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# A staging source's fetch answers every snapshot of a rollout at once (a
+# 400-call rollout of 4,000-token calls with log probabilities: ~50 MB).
+DEFAULT_STAGED_FETCH_MAX_ANSWER_BYTES = 256 * 1024 * 1024
 # An error answer is read up to this size only: its message is all it carries.
 MAX_ERROR_BODY_BYTES = 64 * 1024
 # A server's error message and a resolution's reason are kept this long at most.
@@ -61,6 +64,9 @@ COMPACT_TOKENS = ("tokens", "compact")
 DEFAULT_CONCURRENCY = 8
 REORDER_WINDOW_FACTOR = 4
 USER_AGENT = "token-finalizer-client"
+# A JSON attachment of a staged call nests at most this many containers
+# deep; deeper ones are refused before anything is sent (docs/staging.md#the-client).
+MAX_ATTACHMENT_DEPTH = 128
 # Longest rollout or model call id a store accepts: ids become file names
 # (plus a suffix of at most 25 characters) and Redis keys (docs/records-and-builds.md).
 MAX_ID_LENGTH = 200

@@ -8,11 +8,14 @@
     │   └── AnswerTooLargeError     ... because it is (or decodes to) more than the client's limit
     └── APIStatusError              an HTTP answer with an error status (status_code, message, body)
         ├── BadRequestError         400, 422: the request itself is wrong
+        │   └── InvalidLedgerRequestError  ... a capture-ledger call (also a ValueError)
         ├── AuthenticationError     401: missing or wrong bearer token
         ├── PermissionDeniedError   403: refused although authenticated (a retire
         │                              ticket that does not verify)
         ├── NotFoundError           404: unknown source (or path)
         ├── ConflictError           409: a capture store refused a write (conflict, frozen, retired)
+        │   ├── LedgerConflictError    ... a ledger row or failure (also a ValueError, as
+        │   │                          NeMo Gym's CaptureLedger protocol asks)
         │   └── MaskFractionExceeded   409 from /finalize: the run masks too much
         │                              (finalized, masked, reasons)
         ├── PayloadTooLargeError    413: the body is over the server's limit
@@ -41,6 +44,8 @@ __all__ = [
     "ConflictError",
     "FinalizerError",
     "InvalidAnswerError",
+    "InvalidLedgerRequestError",
+    "LedgerConflictError",
     "MaskFractionExceeded",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -107,6 +112,19 @@ class NotFoundError(APIStatusError):
 
 class ConflictError(APIStatusError):
     """409: the server refused because of the state it holds."""
+
+
+class LedgerConflictError(ConflictError, ValueError):
+    """409 from a capture ledger: the call id already has a different row, or the rollout is
+    frozen or retired (the message says which). A ValueError too: NeMo Gym's
+    `CaptureLedger.record` must fail that way for a reused call id."""
+
+
+class InvalidLedgerRequestError(BadRequestError, ValueError):
+    """400 or 422 from a capture ledger: the store refused the rollout id or the row.
+
+    A ValueError too: NeMo Gym's `CaptureLedger.manifest` raises one for an id the store refuses.
+    """
 
 
 class MaskFractionExceeded(ConflictError):

@@ -15,7 +15,11 @@ assistant fingerprint and the digest of every prefix of the items. The store
 compares strings over the rollout's committed entries and answers the match
 with its full cumulative token ids, as one base64 string of little-endian
 integers (`_cumulative`; the plain list of older stores is read too). A
-request without model-authored items is a root and sends nothing.
+rollout staged externally (NeMo Gym's external staging) resolves over its
+capture-ledger rows instead: the match carries no ids, but the parent's
+`cum_len` as `prev_len`, its `staging_chain` and `chain_hash`
+(docs/staging.md#the-client). A request without model-authored items is a
+root and sends nothing.
 
 `resolve` never raises: an unreachable store, a timeout, a refusal, an answer
 that is not a resolution (or too large, or a body that does not decode),
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,6 +77,7 @@ _RESOLVE_OPERATION = "lineage/resolve"
 _RESOLVE_PARAMS = dict([COMPACT_TOKENS])
 # Where NeMo Gym 0.7 defines ParentResolutionStatus (looked up, never imported).
 _GYM_RECORDS_MODULE = "nemo_gym.token_id_capture.records"
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ResolutionStatus(enum.StrEnum):
@@ -84,11 +90,15 @@ class ResolutionStatus(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LineageMatch:
-    """The committed call a request continues, with its full cumulative token ids.
+    """The committed call a request continues.
 
-    `prev_len` is the length of `cumulative_token_ids`. `staging_chain` and
-    `chain_hash` belong to NeMo Gym's external staging, which this store does
-    not do: always empty, present because a 0.7 model server reads them.
+    Over token entries: its full `cumulative_token_ids`, and `prev_len` is
+    their length; `staging_chain` and `chain_hash` are empty. Over a capture
+    ledger (NeMo Gym's external staging, docs/staging.md#the-client): no ids
+    (they stay with the staged calls), `prev_len` is the call's `cum_len`,
+    `staging_chain` the staging keys of its ancestors and itself (root
+    first), `chain_hash` the hash its child chains onto, and `digest` its
+    cumulative hash.
     """
 
     model_call_id: str
@@ -141,11 +151,27 @@ def _match(value: object) -> LineageMatch:
     if type(prev_len) is not int:
         raise InvalidAnswerError(f"the match's prev_len is not a length: {prev_len!r:.200}")
     token_ids = cumulative_token_ids(value)
-    if prev_len != len(token_ids):
+    chain, chain_hash = value.get("staging_chain") or [], value.get("chain_hash") or ""
+    if not chain and not chain_hash:  # a match over token entries
+        if prev_len != len(token_ids):
+            raise InvalidAnswerError(
+                f"prev_len {prev_len} is not the match's {len(token_ids)} token ids"
+            )
+        return LineageMatch(call_id, token_ids, digest, prev_len)
+    # A match over ledger rows: the chain names where the prefix is staged.
+    if not isinstance(chain, list) or not all(isinstance(key, str) and key for key in chain):
+        raise InvalidAnswerError(f"the match's staging_chain is not a list of keys: {chain!r:.200}")
+    if not chain or not isinstance(chain_hash, str) or not _HEX_DIGEST.fullmatch(chain_hash):
         raise InvalidAnswerError(
-            f"prev_len {prev_len} is not the match's {len(token_ids)} token ids"
+            "a staged match needs a staging_chain and a chain_hash of 64 lowercase hex "
+            f"characters, got {chain!r:.100} and {chain_hash!r:.100}"
         )
-    return LineageMatch(call_id, token_ids, digest, prev_len)
+    if token_ids or prev_len < 1:
+        raise InvalidAnswerError(
+            f"a staged match carries no token ids and a prev_len >= 1, got {len(token_ids)} "
+            f"ids and prev_len {prev_len}"
+        )
+    return LineageMatch(call_id, (), digest, prev_len, tuple(chain), chain_hash)
 
 
 def _read_resolution(body: dict[str, Any]) -> LineageResolution:
@@ -185,17 +211,21 @@ class HttpLineageResolver(StoreConnection):
         )
         return read_object(await self._call(request))
 
+    async def _lookup(self, rollout_id: str, request_items: Sequence[Any]) -> LineageResolution:
+        """The store's resolution of `request_items`; raises whatever keeps it from answering."""
+        fingerprint = assistant_fingerprint(request_items)
+        if not fingerprint:
+            return LineageResolution(_status(ResolutionStatus.ROOT.value))
+        digests = context_digests(request_items)
+        return _read_resolution(await self._ask(rollout_id, fingerprint, digests))
+
     async def resolve(self, rollout_id: str, request_items: Sequence[Any]) -> LineageResolution:
         """Which committed call `request_items` continues: root, resolved or unresolved.
 
         Never raises; any failure is `unresolved` with reason `lookup_error`.
         """
         try:
-            fingerprint = assistant_fingerprint(request_items)
-            if not fingerprint:
-                return LineageResolution(_status(ResolutionStatus.ROOT.value))
-            digests = context_digests(request_items)
-            return _read_resolution(await self._ask(rollout_id, fingerprint, digests))
+            return await self._lookup(rollout_id, request_items)
         except Exception as exc:  # a resolver answers; it never fails the model call
             logger.warning(
                 "lineage lookup of rollout %r at %s failed (%s: %s); answering unresolved",

@@ -2,7 +2,8 @@
 
 `StoreEndpoint` is the one place where a pool to a store gets its base URL,
 headers (bearer token, compression), timeouts and limits: the writer sink,
-the lineage resolver and the service's `http` source all open theirs from it,
+the lineage resolver, the capture ledger, the staging sink and source
+(`_blocking_store`) and the service's `http` source all open theirs from it,
 each with its own numbers. `StoreConnection` is the sink's and the resolver's
 shared base: built by a NeMo Gym model server from keyword arguments, it opens
 its pool on first use (inside the server's event loop), sizes it for the
@@ -30,6 +31,7 @@ from token_finalizer_client._constants import (
     DEFAULT_STORE_MAX_KEEPALIVE,
     DEFAULT_STORE_TIMEOUT_S,
 )
+from token_finalizer_client._deadline import bound_by_deadlines
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._exchange import AnswerLimits, Reply
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries
@@ -91,6 +93,21 @@ class StoreEndpoint:
             limits=self.limits,
             transport=transport,
         )
+
+    def open_blocking(self, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+        """A new blocking connection pool to this store, safe to share between threads.
+
+        Every socket operation of a try ends by the try's deadline (`_deadline`).
+        """
+        pool = httpx.Client(
+            base_url=self.url,
+            headers=self.headers,
+            timeout=self.timeout,
+            limits=self.limits,
+            transport=transport,
+        )
+        bound_by_deadlines(pool)
+        return pool
 
 
 class StoreConnection:
