@@ -16,12 +16,23 @@ from typing import Any
 import numpy as np
 
 from token_finalizer.core.entries import Snapshot
+from token_finalizer.core.staged_outcome import StagedOutcome
 
-__all__ = ["MASK_SAMPLE_KEY", "Build", "BuildFailed", "BuildKind", "MaskReason", "SnapshotRef"]
+__all__ = [
+    "MASK_SAMPLE_KEY",
+    "STAGED_BUILDER",
+    "Build",
+    "BuildFailed",
+    "BuildKind",
+    "MaskReason",
+    "SnapshotRef",
+]
 
 MASK_SAMPLE_KEY = "mask_sample"
 CAPTURE_SNAPSHOT_KEY = "_capture_snapshot"
 REDUNDANT_CAPTURE_KEY = "_redundant_capture"
+#: The `builder` of a build made from an externally staged rollout (docs/staging.md).
+STAGED_BUILDER = "staged"
 
 
 class MaskReason(StrEnum):
@@ -59,6 +70,50 @@ class MaskReason(StrEnum):
     MULTIPLE_CHAINS = "multiple_chains"
     # The record arrived marked mask_sample by its harness
     RECORD_MASKED = "record_masked"
+    # External staging (docs/staging.md#mask-reasons): a staged rollout is masked with
+    # the reference verifier's own error code, or one of our staging checks' codes.
+    STAGED_RECORD_MISSING = "staged_record_missing"
+    ROLLOUT_FAILED = "rollout_failed"
+    CAPTURE_POISONED = "capture_poisoned"
+    EMPTY_MANIFEST = "empty_manifest"
+    UNSUPPORTED_SCHEMA = "unsupported_schema"
+    UNSUPPORTED_DIGEST = "unsupported_digest"
+    UNSUPPORTED_EXTRAS_DIGEST = "unsupported_extras_digest"
+    DUPLICATE_MANIFEST_ROW = "duplicate_manifest_row"
+    DUPLICATE_STAGING_KEY = "duplicate_staging_key"
+    ROW_COUNT_MISMATCH = "row_count_mismatch"
+    DUPLICATE_SNAPSHOT = "duplicate_snapshot"
+    SNAPSHOT_IDENTITY_MISMATCH = "snapshot_identity_mismatch"
+    SNAPSHOT_ORDER_MISMATCH = "snapshot_order_mismatch"
+    WRONG_ROLLOUT = "wrong_rollout"
+    WRONG_MODEL_CALL_ID = "wrong_model_call_id"
+    WRONG_PARENT_CALL_ID = "wrong_parent_call_id"
+    WRONG_MODE = "wrong_mode"
+    WRONG_PREV_LEN = "wrong_prev_len"
+    WRONG_DELTA_LEN = "wrong_delta_len"
+    WRONG_CUM_LEN = "wrong_cum_len"
+    WRONG_WEIGHT_VERSION = "wrong_weight_version"
+    WRONG_DIGEST = "wrong_digest"
+    WRONG_EXTRAS_DIGEST = "wrong_extras_digest"
+    WRONG_CHAIN_HASH = "wrong_chain_hash"
+    WRONG_CUMULATIVE_HASH = "wrong_cumulative_hash"
+    WRONG_SCHEMA_VERSION = "wrong_schema_version"
+    WRONG_DIGEST_VERSION = "wrong_digest_version"
+    WRONG_EXTRAS_DIGEST_VERSION = "wrong_extras_digest_version"
+    INVALID_SNAPSHOT = "invalid_snapshot"
+    CORRUPT_DIGEST = "corrupt_digest"
+    MISSING_PARENT = "missing_parent"
+    PARENT_LENGTH_MISMATCH = "parent_length_mismatch"
+    LINEAGE_CYCLE = "lineage_cycle"
+    MISSING_TERMINAL = "missing_terminal"
+    CHAIN_HASH_MISMATCH = "chain_hash_mismatch"
+    INVALID_MASK_ORDER = "invalid_mask_order"
+    EMPTY_GENERATION = "empty_generation"
+    EMPTY_TRAINING_ROW = "empty_training_row"
+    CUMULATIVE_HASH_MISMATCH = "cumulative_hash_mismatch"
+    MISSING_EXTRAS = "missing_extras"
+    INVALID_EXTRAS = "invalid_extras"
+    EXTRAS_DIGEST_MISMATCH = "extras_digest_mismatch"
 
 
 class BuildFailed(Exception):
@@ -96,6 +151,7 @@ class BuildKind(StrEnum):
     FAILED = "failed"  # the freeze, the builder or the projection failed
     UNUSABLE = "unusable"  # the record itself cannot be finalized (no or malformed id)
     REDUNDANT = "redundant_capture"  # the record already carried its tokens
+    STAGED = "staged"  # an externally staged rollout, verified (masked or not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +169,7 @@ class Build:
     unresolved_retries: tuple[str, ...] = ()
     unresolved_parent_calls: tuple[str, ...] = ()
     snapshot: SnapshotRef | None = None
+    staged: StagedOutcome | None = None
 
     @classmethod
     def built(
@@ -164,6 +221,32 @@ class Build:
         )
 
     @classmethod
+    def staged_rollout(
+        cls,
+        snapshot: Snapshot,
+        outcome: StagedOutcome,
+        *,
+        metrics: Mapping[str, Any],
+        mask_reason: MaskReason | None,
+    ) -> Build:
+        """A staged rollout's verdict; masked exactly when `mask_reason` is set.
+
+        The record is never rebuilt (NeMo Gym's external staging requires
+        `rebuild_response: false`): the verified row is `outcome.row`.
+        """
+        return cls(
+            kind=BuildKind.STAGED,
+            rollout_id=snapshot.rollout_id,
+            builder=STAGED_BUILDER,
+            metrics=metrics,
+            mask_sample=mask_reason is not None,
+            mask_reason=mask_reason,
+            error=None if outcome.error is None else str(outcome.error),
+            snapshot=SnapshotRef.of(snapshot),
+            staged=outcome,
+        )
+
+    @classmethod
     def unusable(cls, error: str, *, mask_reason: MaskReason) -> Build:
         """A record that needed tokens and cannot get them; nothing was consumed."""
         return cls(
@@ -190,11 +273,15 @@ class Build:
         """Whether retiring this build's snapshot is allowed (never for a masked build)."""
         if self.mask_sample or self.snapshot is None:
             return False
+        if self.kind is BuildKind.STAGED:
+            return self.staged is not None and self.staged.row is not None
         return self.kind in (BuildKind.BUILT, BuildKind.REDUNDANT)
 
     @property
     def token_count(self) -> int:
-        """Token ids in the rebuilt output: a cheap size estimate of an answer."""
+        """Token ids in the rebuilt output or the staged row: a cheap size estimate of an answer."""
+        if self.staged is not None and self.staged.row is not None:
+            return len(self.staged.row.token_ids)
         if self.rebuilt_response is None:
             return 0
         count = 0
@@ -217,6 +304,8 @@ class Build:
 
         `with_response=False` leaves out `rebuilt_response`: the finalize answer
         carries the rebuilt output once, in its record (docs/finalizer-api.md).
+        A staged build adds `staged` (its token columns as plain lists) with
+        the response only: the finalize answer carries it beside the build.
         """
         if self.kind is BuildKind.REDUNDANT:
             assert self.snapshot is not None
@@ -245,4 +334,6 @@ class Build:
             data["unresolved_parent_calls"] = list(self.unresolved_parent_calls)
         if self.snapshot is not None:
             data[CAPTURE_SNAPSHOT_KEY] = self.snapshot.to_dict()
+        if with_response and self.staged is not None:
+            data["staged"] = self.staged.to_json(form="lists")
         return data

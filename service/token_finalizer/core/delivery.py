@@ -19,12 +19,19 @@ from typing import Any
 import numpy as np
 
 from token_finalizer._constants import BUILD_IN_THREAD_MIN_TOKENS
-from token_finalizer.core.build import MASK_SAMPLE_KEY, REDUNDANT_CAPTURE_KEY, Build, MaskReason
+from token_finalizer.core.build import (
+    MASK_SAMPLE_KEY,
+    REDUNDANT_CAPTURE_KEY,
+    STAGED_BUILDER,
+    Build,
+    MaskReason,
+)
 from token_finalizer.core.entries import Snapshot
 from token_finalizer.core.errors import InvalidRolloutId, StoreUnreachable, describe_exception
 from token_finalizer.core.identity import rollout_id_of
-from token_finalizer.core.protocols import TokenSource
+from token_finalizer.core.protocols import ExtrasSource, TokenSource
 from token_finalizer.core.rebuild import BUILDER_NAME, rebuild_snapshot
+from token_finalizer.core.staged_build import build_staged
 
 __all__ = [
     "MASK_SAMPLE_KEY",
@@ -159,9 +166,12 @@ def _already_masked(result: dict[str, Any]) -> bool:
 
 
 def capture_build_can_retire(built: dict[str, Any] | None) -> bool:
-    """Whether a successful build consumed a frozen snapshot."""
+    """Whether a successful build consumed a frozen snapshot (a staged one: a verified row)."""
     if not isinstance(built, dict) or built.get(MASK_SAMPLE_KEY):
         return False
+    staged = built.get("staged")
+    if built.get("builder") == STAGED_BUILDER:
+        return isinstance(staged, dict) and staged.get("row") is not None
     return built.get("rebuilt_response") is not None or bool(built.get(_REDUNDANT_CAPTURE_KEY))
 
 
@@ -207,13 +217,61 @@ async def _build(
             metrics={"n_calls": 0},
             builder=BUILDER_NAME,
         )
-    return await _rebuilt(snapshot, result, terminal_attribution=terminal_attribution)
+    return await _rebuilt(
+        snapshot,
+        result,
+        source,
+        terminal_attribution=terminal_attribution,
+        raise_unreachable=raise_unreachable,
+    )
+
+
+async def _staged(
+    snapshot: Snapshot,
+    result: dict[str, Any],
+    source: TokenSource,
+    *,
+    terminal_attribution: bool,
+    raise_unreachable: bool,
+) -> Build:
+    """The build of a frozen staging rollout: verified, never rebuilt (docs/staging.md)."""
+    extras = source if isinstance(source, ExtrasSource) else None
+    try:
+        return await build_staged(
+            snapshot, result, extras, terminal_attribution=terminal_attribution
+        )
+    except StoreUnreachable as exc:
+        if raise_unreachable:
+            raise
+        logger.warning("extras of rollout %s unreachable: %s", snapshot.rollout_id, exc)
+        return Build.failed(
+            snapshot.rollout_id,
+            describe_exception(exc),
+            mask_reason=MaskReason.STORE_UNREACHABLE,
+            metrics={"n_calls": 0},
+            builder=STAGED_BUILDER,
+            snapshot=snapshot,
+        )
 
 
 async def _rebuilt(
-    snapshot: Snapshot, result: dict[str, Any], *, terminal_attribution: bool
+    snapshot: Snapshot,
+    result: dict[str, Any],
+    source: TokenSource,
+    *,
+    terminal_attribution: bool,
+    raise_unreachable: bool = False,
 ) -> Build:
-    """The build of a frozen snapshot for this record (never raises)."""
+    """The build of a frozen snapshot for this record (never raises but StoreUnreachable,
+    and that only when `raise_unreachable`)."""
+    if snapshot.staged is not None:
+        return await _staged(
+            snapshot,
+            result,
+            source,
+            terminal_attribution=terminal_attribution,
+            raise_unreachable=raise_unreachable,
+        )
     rebuild = functools.partial(
         rebuild_snapshot,
         snapshot,
@@ -331,7 +389,7 @@ async def _redundant_capture(
         kept_because = "the record is masked"
     else:
         # What a finalize of this record would have built from the capture alone.
-        own = await _rebuilt(snapshot, result, terminal_attribution=terminal_attribution)
+        own = await _rebuilt(snapshot, result, source, terminal_attribution=terminal_attribution)
         if own.mask_sample and not _same_token_ids(result, own):
             kept_because = f"the capture's own build is masked ({own.mask_reason})"
     if kept_because is not None:

@@ -2,17 +2,20 @@
 
 A training framework may hand the delivery functions any object with these
 methods; the project's own sources (memory, file, http) all implement both
-sides except the http source, which is read-side only.
+sides except the http source, which is read-side only. A source whose
+freeze can answer an externally staged rollout also implements
+`ExtrasSource` (every source of the project does): the staged build reads
+the extras of the verified chain through it (docs/staging.md#finalize-and-retire).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from token_finalizer.core.entries import Snapshot, TokenEntry
 
-__all__ = ["TokenSink", "TokenSource"]
+__all__ = ["ExtrasSource", "TokenSink", "TokenSource"]
 
 
 @runtime_checkable
@@ -50,4 +53,15 @@ class TokenSink(Protocol):
 
     async def close(self) -> None:
         """Release resources; safe to call twice."""
+        ...
+
+
+@runtime_checkable
+class ExtrasSource(Protocol):
+    """Where the extras of a frozen staging rollout's calls are read."""
+
+    async def fetch_extras(
+        self, rollout_id: str, call_ids: Sequence[str]
+    ) -> Mapping[str, Mapping[str, Any] | None]:
+        """Each staged call's extras (None: it staged none); a call not staged is absent."""
         ...

@@ -78,7 +78,8 @@ async def finalize_one(
     """Finalize one record through the named source; the answer object (v2).
 
     With `compact`, the answer carries the delivered context once
-    (`context_token_ids`) and prompts as prefix lengths into it.
+    (`context_token_ids`) and prompts as prefix lengths into it, and a staged
+    row's token columns as packed base64 (docs/finalizer-api.md).
     Raises UnknownSource, InvalidRunId (a run id too long to remember),
     MaskFractionExceeded when the run's guard trips, or SourceUnreachable;
     each carries the record's rollout id, the source once resolved and the
@@ -160,6 +161,9 @@ def _answer(
         "retirable": retire is not None,
         "retire": retire,
     }
+    if build is not None and build.staged is not None:
+        # An externally staged rollout: its verdict and verified row (docs/staging.md).
+        answer["staged"] = build.staged.to_json(form="compact" if compact else "arrays")
     if compact:
         answer["context_token_ids"] = None
         response = record.get("response")
