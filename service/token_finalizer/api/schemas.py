@@ -78,6 +78,54 @@ _RETIRE_TICKET = {
     },
 }
 
+_PACKED_COLUMN = {
+    "type": "object",
+    "required": ["encoding", "length", "data"],
+    "description": "Only with `tokens=compact`: the column's little-endian values, base64.",
+    "properties": {
+        "encoding": {"type": "string", "enum": ["u32le", "u64le", "u8", "f64le"]},
+        "length": {"type": "integer", "minimum": 0},
+        "data": {"type": "string", "contentEncoding": "base64"},
+    },
+}
+
+
+def _token_column(items: dict[str, Any]) -> dict[str, Any]:
+    return {"oneOf": [{"type": "array", "items": items}, _PACKED_COLUMN]}
+
+
+_STAGED = {
+    "type": "object",
+    "required": ["receipt", "row", "error"],
+    "description": (
+        "Only for a rollout captured by NeMo Gym's external staging (docs/staging.md): the "
+        "receipt built from its frozen manifest, the verified row of the record's terminal "
+        "chain (null unless every check passed), or the first check that failed."
+    ),
+    "properties": {
+        "receipt": {"type": ["object", "null"], "description": "NeMo Gym's RolloutReceipt."},
+        "row": {
+            "type": ["object", "null"],
+            "description": "NeMo Gym's LinearizedRow, root call to terminal.",
+            "properties": {
+                "token_ids": _token_column({"type": "integer", "minimum": 0}),
+                "token_mask": _token_column({"type": "number"}),
+                "logprobs": _token_column({"type": "number"}),
+            },
+            "additionalProperties": True,
+        },
+        "error": {
+            "type": ["object", "null"],
+            "required": ["class", "code", "detail"],
+            "properties": {
+                "class": {"type": "string", "enum": ["ReceiptVerificationError", "RebuildError"]},
+                "code": {"type": "string", "description": "Also the record's `mask_reason`."},
+                "detail": {"type": "string"},
+            },
+        },
+    },
+}
+
 _FINALIZE_ANSWER = {
     "type": "object",
     "required": ["rollout_id", "source", "record", "build", "retirable", "retire"],
@@ -105,6 +153,7 @@ _FINALIZE_ANSWER = {
                 "`prompt_token_ids` is then a prefix length into it."
             ),
         },
+        "staged": _STAGED,
     },
 }
 
