@@ -16,8 +16,10 @@ is the model server's capture ledger (Gym's `CaptureLedger`),
 `HttpStagingSink` the inference worker's staging sink and
 `HttpStagingSource` the trainer's staging source; `StageResult` and
 `StagedCallBaseSnapshot` are what they hand out when Gym itself is not
-loaded. This package never imports the service (nor Gym), so harnesses and
-trainers stay light.
+loaded. A finalize of a staged rollout answers `Finalized.staged`, a
+`StagedOutcome`: the verified `StagedRow` or the `StagedFailure`. This
+package never imports the service (nor Gym), so harnesses and trainers stay
+light.
 
 Optional, with the `fast` extra (`token-finalizer-client[fast]`): orjson
 encodes requests and parses answers faster when it is installed, and
@@ -74,6 +76,13 @@ if TYPE_CHECKING:
         ResolutionStatus,
     )
     from token_finalizer_client._sink import HttpTokenSink
+    from token_finalizer_client._staged_row import (
+        ExtrasCommitment,
+        StagedFailure,
+        StagedOutcome,
+        StagedRow,
+        WeightVersionSpan,
+    )
     from token_finalizer_client._staged_types import StagedCallBaseSnapshot, StageResult
     from token_finalizer_client._staging_sink import HttpStagingSink
     from token_finalizer_client._staging_source import HttpStagingSource
@@ -112,6 +121,11 @@ _LAZY = {
     "HttpCaptureLedger": "_ledger",
     "HttpStagingSink": "_staging_sink",
     "HttpStagingSource": "_staging_source",
+    "ExtrasCommitment": "_staged_row",
+    "StagedFailure": "_staged_row",
+    "StagedOutcome": "_staged_row",
+    "StagedRow": "_staged_row",
+    "WeightVersionSpan": "_staged_row",
     "StageResult": "_staged_types",
     "StagedCallBaseSnapshot": "_staged_types",
     "Finalized": "_types",
@@ -129,6 +143,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ConflictError",
+    "ExtrasCommitment",
     "Finalized",
     "FinalizerClient",
     "FinalizerError",
@@ -152,6 +167,10 @@ __all__ = [
     "SourceUnavailableError",
     "StageResult",
     "StagedCallBaseSnapshot",
+    "StagedFailure",
+    "StagedOutcome",
+    "StagedRow",
+    "WeightVersionSpan",
     "__version__",
 ]
 

@@ -27,7 +27,12 @@ with `lineage_store_kwargs: {url: ..., token: ..., timeout: ...}`:
   poison the rollout) and treats it as an unresolved lookup error in the
   built-in mode. It is a complete lineage resolver for the built-in path.
 - `manifest` and `has_rows` read the rollout's rows; an id the store
-  refuses raises a `ValueError`.
+  refuses raises a `ValueError`. Reading a manifest takes the finalizer
+  role, which a model server's writer token does not have: given a
+  `control_token`, `manifest` reads through the store's NeMo Gym control
+  route (`GET /training-token-capture/control/rollouts/{id}/manifest`) with
+  that token instead, so a model server holding a writer and a control
+  token can serve Gym's own control route over this ledger.
 
 Everything runs on the model server's event loop without blocking it (one
 asyncio pool, opened on first use), through the package's one retry policy
@@ -41,7 +46,7 @@ from typing import Any
 
 import httpx
 
-from token_finalizer_client._addressing import check_call_id, rollout_path
+from token_finalizer_client._addressing import check_call_id, check_rollout_id, rollout_path
 from token_finalizer_client._constants import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_STORE_MAX_CONNECTIONS,
@@ -64,6 +69,8 @@ _RECORDS = "ledger/records"
 _FAILURES = "ledger/failures"
 _HAS_ROWS = "ledger/has-rows"
 _MANIFEST = "ledger/manifest"
+# NeMo Gym's control route, as the store server serves it (outside the rollout prefix).
+_CONTROL_MANIFEST = "/training-token-capture/control/rollouts/{rollout_id}/manifest"
 
 
 def _ledger_error(exc: APIStatusError) -> APIStatusError:
@@ -84,11 +91,18 @@ class HttpCaptureLedger(HttpLineageResolver):
         *,
         token: str | None = None,
         timeout: float = DEFAULT_STORE_TIMEOUT_S,
+        control_token: str | None = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
         max_connections: int = DEFAULT_STORE_MAX_CONNECTIONS,
         max_keepalive: int = DEFAULT_STORE_MAX_KEEPALIVE,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        if control_token is not None and (not isinstance(control_token, str) or not control_token):
+            raise ValueError("control_token is empty; pass None to read manifests with `token`")
+        # Sent with the manifest read only; never shown (the class's repr names no token).
+        self._control = (
+            None if control_token is None else {"Authorization": f"Bearer {control_token}"}
+        )
         super().__init__(
             url=url,
             token=token,
@@ -149,9 +163,15 @@ class HttpCaptureLedger(HttpLineageResolver):
         """The rollout's token-free ledger: `{"rollout_id", "records", "failures"}`.
 
         Each list keeps commit order; a rollout without rows has empty lists.
-        ValueError for a rollout id the store refuses.
+        ValueError for a rollout id the store refuses. With a `control_token`,
+        read through the store's NeMo Gym control route with that token.
         """
-        answer = await self._send(WireRequest("GET", rollout_path(rollout_id, _MANIFEST)))
+        if self._control is None:
+            request = WireRequest("GET", rollout_path(rollout_id, _MANIFEST))
+        else:
+            path = _CONTROL_MANIFEST.format(rollout_id=check_rollout_id(rollout_id))
+            request = WireRequest("GET", path, headers=self._control)
+        answer = await self._send(request)
         records, failures = answer.get("records"), answer.get("failures")
         if answer.get("rollout_id") != rollout_id or not isinstance(records, list):
             raise InvalidAnswerError(f"the manifest answer is not this rollout's: {answer!r:.200}")

@@ -7,6 +7,7 @@ from typing import Any
 
 from token_finalizer_client._compact import expand_record, load_numpy, plain_record
 from token_finalizer_client._exceptions import FinalizerError
+from token_finalizer_client._staged_row import StagedOutcome, read_staged
 
 __all__ = ["Finalized", "Readiness"]
 
@@ -22,7 +23,9 @@ class Finalized:
     `retirable` says whether the capture may be dropped once `record` is
     stored durably, and `retire` is the service's signed permission to do so
     (`{"rollout_id", "source", "snapshot_id", "version", "ticket"}`, None
-    unless retirable): what `retire()` sends back.
+    unless retirable): what `retire()` sends back. `staged` is the verdict
+    of a rollout captured by NeMo Gym's external staging (its verified row,
+    or the error; `_staged_row`), None for any other rollout.
     """
 
     record: dict[str, Any]
@@ -31,6 +34,7 @@ class Finalized:
     source: str | None
     retirable: bool
     retire: dict[str, Any] | None = None
+    staged: StagedOutcome | None = None
 
     @classmethod
     def from_answer(cls, answer: Any, *, as_numpy: bool = False) -> Finalized:
@@ -67,6 +71,7 @@ class Finalized:
             source=answer.get("source"),
             retirable=bool(answer.get("retirable")),
             retire=retire,
+            staged=read_staged(answer.get("staged")),
         )
 
     def to_answer(self) -> dict[str, Any]:
@@ -76,7 +81,7 @@ class Finalized:
         numpy arrays (from `as_numpy`) turned back into lists.
         `Finalized.from_answer` reads it back, and `retire()` accepts it.
         """
-        return {
+        answer = {
             "rollout_id": self.rollout_id,
             "source": self.source,
             "record": plain_record(self.record),
@@ -84,6 +89,9 @@ class Finalized:
             "retirable": self.retirable,
             "retire": self.retire,
         }
+        if self.staged is not None:
+            answer["staged"] = self.staged.to_json()
+        return answer
 
     @property
     def masked(self) -> bool:

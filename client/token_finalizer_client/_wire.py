@@ -91,6 +91,8 @@ class WireRequest:
     content: bytes | None = None
     params: dict[str, str] | None = None
     retry_statuses: Collection[int] = RETRY_STATUSES
+    # Headers of this call only (over the pool's own), e.g. another role's Authorization.
+    headers: Mapping[str, str] | None = None
 
     @classmethod
     def json(
@@ -106,8 +108,13 @@ class WireRequest:
             "url": self.path,
             "content": self.content,
             "params": self.params,
-            "headers": None if self.content is None else _JSON_CONTENT,
+            "headers": self._headers(),
         }
+
+    def _headers(self) -> dict[str, str] | None:
+        if self.headers is None:
+            return None if self.content is None else _JSON_CONTENT
+        return {**self.headers, **(_JSON_CONTENT if self.content is not None else {})}
 
 
 HEALTH_REQUEST = WireRequest("GET", "/health")
