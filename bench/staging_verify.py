@@ -46,12 +46,14 @@ from token_finalizer.core.staging import (
 
 ROLLOUT = "bench-staging"
 
-# Run by the reference interpreter: argv = [wheel's nemo_gym dir, data file, rounds].
-_REFERENCE_SCRIPT = r"""
-import hashlib, importlib, json, shutil, statistics, sys, tempfile, time
+# The start of every script the reference interpreter runs (argv[1]: the wheel's nemo_gym
+# directory): the wheel's token_id_capture package under a stub `nemo_gym` package in a
+# temporary directory `work`, first on sys.path. The script removes `work` when done.
+REFERENCE_PACKAGE = r"""
+import importlib, shutil, sys, tempfile
 from pathlib import Path
 
-wheel, data_path, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+wheel = Path(sys.argv[1])
 work = Path(tempfile.mkdtemp())
 package = work / "nemo_gym"
 package.mkdir()
@@ -64,6 +66,15 @@ package.mkdir()
 shutil.copy(wheel / "rollout_correlation.py", package)
 shutil.copytree(wheel / "token_id_capture", package / "token_id_capture")
 sys.path.insert(0, str(work))
+"""
+
+# Run by the reference interpreter: argv = [wheel's nemo_gym dir, data file, rounds].
+_REFERENCE_SCRIPT = (
+    REFERENCE_PACKAGE
+    + r"""
+import hashlib, json, statistics, time
+
+data_path, rounds = Path(sys.argv[2]), int(sys.argv[3])
 records = importlib.import_module("nemo_gym.token_id_capture.staging.records")
 rebuild = importlib.import_module("nemo_gym.token_id_capture.staging.rebuild")
 data = json.loads(data_path.read_text())
@@ -86,6 +97,7 @@ print(json.dumps({
 }))
 shutil.rmtree(work)
 """
+)
 
 
 def _staged_rollout(calls: int, carry: int, generated: int) -> list[StagedCallRecord]:

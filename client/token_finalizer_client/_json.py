@@ -16,8 +16,9 @@ paths agree:
 - Decoding: orjson refuses `NaN` and `-Infinity` (which Python writers put
   in log probabilities), and it reads an integer beyond 64 bits as a float,
   silently losing digits: a body that refuses, or that holds a run of 20
-  digits or more (found without parsing, in C), is parsed by the standard
-  library, which keeps every integer exact.
+  digits or more (found without parsing, in C) that is not a fraction's
+  (after a `.`), is parsed by the standard library, which keeps every
+  integer exact.
 """
 
 from __future__ import annotations
@@ -46,25 +47,37 @@ _numpy: Any = None
 
 # 2**64 - 1 has 20 digits: a shorter run of digits is an integer orjson holds exactly.
 _LONG_RUN = 20
-# Every ASCII digit to "d", every other byte to " ": a long number is then a run of "d".
-_DIGITS_ONLY = bytes(ord("d") if 48 <= byte <= 57 else ord(" ") for byte in range(256))
+# Every ASCII digit to "d", "." kept, every other byte to " ": a long integer is then
+# a run of "d" after a " " (after a "." it is a fraction's digits, which orjson reads).
+_DIGITS_ONLY = bytes(
+    ord("d") if 48 <= byte <= 57 else byte if byte == ord(".") else ord(" ") for byte in range(256)
+)
+_LONG_INTEGER = b" " + b"d" * _LONG_RUN
 
 
 def _has_long_digit_run(content: bytes) -> bool:
-    """Whether `content` holds `_LONG_RUN` or more consecutive ASCII digits."""
+    """Whether `content` holds an integer of `_LONG_RUN` or more ASCII digits.
+
+    A run right after a `.` is a fraction's digits, not an integer.
+    """
     global _numpy
     if _numpy is None and len(content) >= _NUMPY_MIN_BYTES:
         _numpy = _optional("numpy") or False
     if not _numpy:
-        return content.translate(_DIGITS_ONLY).find(b"d" * _LONG_RUN) >= 0
+        return (b" " + content.translate(_DIGITS_ONLY)).find(_LONG_INTEGER) >= 0
     # Run lengths by doubling: two overlapping runs of length k make one of 2k.
-    runs = _numpy.frombuffer(content, dtype=_numpy.uint8)
-    runs = (runs >= 48) & (runs <= 57)
+    text = _numpy.frombuffer(content, dtype=_numpy.uint8)
+    digits = (text >= 48) & (text <= 57)
+    runs = digits
     for shift in (1, 2, 4, 8):  # runs of 2, 4, 8, 16
         runs = runs[:-shift] & runs[shift:]
         if not runs.any():
             return False
-    return bool((runs[:-4] & runs[4:]).any())  # 16 and 16 four apart: 20
+    starts = _numpy.flatnonzero(runs[:-4] & runs[4:])  # 16 and 16 four apart: 20
+    previous = _numpy.maximum(starts - 1, 0)
+    # A run after another digit lies inside a longer one (counted at its start).
+    inside = digits[previous] | (text[previous] == ord("."))
+    return bool(((starts == 0) | ~inside).any())
 
 
 def loads(content: bytes | str) -> Any:

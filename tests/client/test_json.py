@@ -113,3 +113,16 @@ def test_long_digit_runs_are_found_with_and_without_numpy(monkeypatch: pytest.Mo
             True,
         ]
     )
+
+
+@pytest.mark.parametrize("numpy_module", [np, False], ids=["numpy", "translate"])
+def test_a_fractions_long_digits_are_no_long_integer(
+    numpy_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twenty digits after a `.` are a fraction orjson reads; twenty after a `-` are not."""
+    monkeypatch.setattr(_json, "_numpy", numpy_module)
+    fraction, integer = b"[-0.00012345678901234567]", b"[-12345678901234567890]"
+    assert (_json._has_long_digit_run(fraction), _json._has_long_digit_run(integer)) == (
+        False,
+        True,
+    )

@@ -109,3 +109,17 @@ def test_unzstd_refuses_a_truncated_body() -> None:
     body = streamed.compress(bytes(range(256)) * 400) + streamed.flush()
     with pytest.raises(CodecError):
         zstd_decompress(body[: len(body) // 2], limit=1 << 20)
+
+
+def test_a_fractions_long_digits_keep_the_fast_parser() -> None:
+    """A 20-digit fraction is no wide integer; a 19-digit integer is one, at the start too."""
+    from token_finalizer.core.codec import has_long_digit_run
+
+    assert [
+        has_long_digit_run(text)
+        for text in (
+            b"[-0.00012345678901234567]",
+            b"[-1234567890123456789]",
+            b"1234567890123456789",
+        )
+    ] == [False, True, True]
