@@ -12,11 +12,15 @@ Expanding costs one slice per item, never per-token Python work:
 
 - lists (the default): each prompt is `context[:n]`, a new list whose
   entries are the context's own int objects;
-- numpy (`as_numpy=True`): the context becomes ONE int64 array and each
-  prompt is the view `context[:n]` of it (no copy). The shared buffer is
-  read-only, so changing one prompt in place cannot silently change the
-  others; `generation_token_ids` (int64) and `generation_log_probs`
-  (float64) become arrays too, in every token-bearing item.
+- numpy (`as_numpy=True`): the context becomes ONE array and each prompt is
+  the view `context[:n]` of it (no copy). The shared buffer is read-only, so
+  changing one prompt in place cannot silently change the others;
+  `generation_token_ids` and `generation_log_probs` (float64) become arrays
+  too, in every token-bearing item. Token arrays are int64, or uint64 when an
+  id of the record is 2**63 or more (valid ids are [0, 2**64)): one dtype
+  for the whole record, so concatenating its arrays stays exact. Every id is
+  checked first: anything but an integer in range (1.7, "12", true, -1)
+  raises MalformedAnswerError instead of being converted.
 
 The input answer is never changed: the record, its response and the
 expanded items are shallow copies; everything else is shared.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from token_finalizer_client._exceptions import FinalizerError
+from token_finalizer_client._exceptions import FinalizerError, MalformedAnswerError
 
 __all__ = ["expand_record", "load_numpy", "plain_record"]
 
@@ -34,6 +38,9 @@ PROMPT = "prompt_token_ids"
 GENERATION = "generation_token_ids"
 LOG_PROBS = "generation_log_probs"
 _TOKEN_KEYS = (PROMPT, GENERATION, LOG_PROBS)
+_ID_KEYS = (PROMPT, GENERATION)
+_INT64_MAX = 2**63 - 1
+_ID_END = 2**64
 
 
 def load_numpy() -> Any:
@@ -91,27 +98,68 @@ def _list_output(output: list[Any], context: list[Any] | None) -> list[Any] | No
     return expanded
 
 
+def _checked_ids(values: Any, what: str) -> int:
+    """The largest id of a JSON list of token ids (-1 when empty); MalformedAnswerError if any
+    element is not an integer in [0, 2**64). C-speed passes, no Python step per id."""
+    if not isinstance(values, list):
+        raise MalformedAnswerError(f"the finalize answer's `{what}` is not a list")
+    if not values:
+        return -1
+    strangers = set(map(type, values)) - {int}  # type(True) is bool: booleans are refused
+    if strangers:
+        names = ", ".join(sorted(kind.__name__ for kind in strangers))
+        raise MalformedAnswerError(
+            f"the finalize answer's `{what}` holds {names} values where token ids must be integers"
+        )
+    low, high = min(values), max(values)
+    if low < 0 or high >= _ID_END:
+        bad = low if low < 0 else high
+        raise MalformedAnswerError(
+            f"the finalize answer's `{what}` holds {bad}, outside the token id range [0, 2**64)"
+        )
+    return int(high)
+
+
+def _checked_log_probs(values: Any, what: str) -> None:
+    if not isinstance(values, list):
+        raise MalformedAnswerError(f"the finalize answer's `{what}` is not a list")
+    strangers = set(map(type, values)) - {float, int}
+    if strangers:
+        names = ", ".join(sorted(kind.__name__ for kind in strangers))
+        raise MalformedAnswerError(
+            f"the finalize answer's `{what}` holds {names} values where log probs must be numbers"
+        )
+
+
+def _id_dtype(np: Any, output: list[Any], context: list[Any] | None) -> Any:
+    """Check every token list of the output (and the context); int64, or uint64 if one needs it."""
+    high = -1 if context is None else _checked_ids(context, "context_token_ids")
+    for item in output:
+        if not isinstance(item, dict):
+            continue
+        for key in _ID_KEYS:
+            if isinstance(item.get(key), list):
+                high = max(high, _checked_ids(item[key], key))
+        if isinstance(item.get(LOG_PROBS), list):
+            _checked_log_probs(item[LOG_PROBS], LOG_PROBS)
+    return np.uint64 if high > _INT64_MAX else np.int64
+
+
 def _numpy_output(output: list[Any], context: list[Any] | None) -> list[Any]:
     """The output with every token list an array and every compact prompt a view of one array."""
     np = load_numpy()
-
-    def array(values: Any, dtype: Any, what: str) -> Any:
-        try:
-            return np.asarray(values, dtype=dtype)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise FinalizerError(f"the finalize answer's `{what}` is not a flat list") from exc
-
+    ids = _id_dtype(np, output, context)
     base = None
     if context is not None:
-        base = array(context, np.int64, "context_token_ids")
+        base = np.array(context, dtype=ids)
         base.flags.writeable = False  # shared by every prompt: no in-place edits
-    kinds = ((PROMPT, np.int64), (GENERATION, np.int64), (LOG_PROBS, np.float64))
+    kinds = ((PROMPT, ids), (GENERATION, ids), (LOG_PROBS, np.float64))
     expanded: list[Any] = []
     for item in output:
         if isinstance(item, dict):
             prompt = _compact_prompt(item, base)
             arrays = {
-                key: array(item[key], dtype, key)
+                key: np.array(item[key], dtype=dtype)
                 for key, dtype in kinds
                 if isinstance(item.get(key), list)
             }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ import orjson
 import zstandard
 
 from token_finalizer._constants import ZSTD_LEVEL, ZSTD_STREAM_INPUT_BYTES, ZSTD_WINDOW_LOG
+from token_finalizer.core.token_ids import NARROW, WIDE, narrowest
 
 __all__ = [
     "CodecError",
@@ -44,8 +45,10 @@ __all__ = [
 # is spliced into the body without being copied out first.
 Piece = bytes | memoryview
 
-_INT32_MAX = int(np.iinfo(np.int32).max)
-_EMPTY_IDS = np.empty(0, dtype=np.int32)
+# numpy's text parser saturates an id of 2**64 or more to this value: seeing it
+# sends the text to the exact parse, which reports the id.
+_SATURATED = int(np.iinfo(np.uint64).max)
+_EMPTY_IDS = np.empty(0, dtype=NARROW)
 _ID_BYTES = b"0123456789,"
 _PROMPT_KEY = b'"prompt_token_ids":['
 _LIFTED_KEYS = (_PROMPT_KEY, b'"generation_token_ids":[')
@@ -122,18 +125,22 @@ def dumps_entry_line(data: Mapping[str, Any]) -> bytes:
 
 
 def ids_from_text(segment: bytes) -> np.ndarray | None:
-    """Parse `1,2,3` straight into int32 without Python ints; None when unsure."""
+    """Parse `1,2,3` straight into ids without Python ints; None when unsure.
+
+    The array follows the core's dtype rule (core/token_ids.py): int32 when
+    every id fits, else uint64 (the whole valid range [0, 2**64)).
+    """
     if not segment:
         return _EMPTY_IDS
     if segment.translate(None, _ID_BYTES):  # signs, dots, spaces...: leave it to the slow path
         return None
     try:
-        ids = np.fromstring(segment, dtype=np.int64, sep=",")
+        ids = np.fromstring(segment, dtype=np.uint64, sep=",")
     except ValueError:
         return None
-    if len(ids) != segment.count(b",") + 1 or int(ids.max()) > _INT32_MAX:
-        return None  # an empty element or an overflowing id: let the slow path report it
-    return ids.astype(np.int32)
+    if len(ids) != segment.count(b",") + 1 or int(ids.max()) == _SATURATED:
+        return None  # an empty element or a maybe overflowing id: the slow path reports it
+    return narrowest(ids)
 
 
 def _restore(data: Any, arrays: list[np.ndarray]) -> bool:
@@ -211,8 +218,11 @@ class PromptReuse:
 
     def _append(self, ids: np.ndarray) -> None:
         end = self._length + len(ids)
-        if end > len(self._buffer):
-            grown = np.empty(max(end, 2 * len(self._buffer), 1024), dtype=np.int32)
+        # An id of 2**31 or more widens the buffer to uint64 (never a mix of dtypes
+        # in one buffer: numpy would turn int32 + uint64 into floats).
+        dtype = WIDE if WIDE in (ids.dtype, self._buffer.dtype) else NARROW
+        if end > len(self._buffer) or dtype != self._buffer.dtype:
+            grown = np.empty(max(end, 2 * len(self._buffer), 1024), dtype=dtype)
             grown[: self._length] = self._buffer[: self._length]
             self._buffer = grown  # views handed out earlier keep the old buffer alive
         self._buffer[self._length : end] = ids
@@ -227,6 +237,9 @@ def loads_with_token_arrays(content: bytes, *, prompts: PromptReuse | None = Non
     """
     pieces: list[bytes] = []
     arrays: list[np.ndarray] = []
+    # A token array left to the ordinary parse may hold an id orjson cannot
+    # keep exact (2**64 or more): then that parse is the exact one.
+    loads: Callable[[bytes], Any] = loads_json
     cursor = 0
     next_at = {key: content.find(key) for key in _LIFTED_KEYS}
     while True:
@@ -243,6 +256,7 @@ def loads_with_token_arrays(content: bytes, *, prompts: PromptReuse | None = Non
         else:
             ids = ids_from_text(content[begin:end])
         if ids is None:  # not a plain list of ids: the ordinary parse handles it
+            loads = _loads_exact_allowing_non_finite
             next_at[key] = content.find(key, begin)
             continue
         pieces += (content[cursor : begin - 1], orjson.dumps(f"{_PLACEHOLDER}{len(arrays)}"))
@@ -253,10 +267,14 @@ def loads_with_token_arrays(content: bytes, *, prompts: PromptReuse | None = Non
             for k, at in next_at.items()
         }
     if not arrays:
-        return loads_json(content)
+        return _loads_exact_allowing_non_finite(content)
     pieces.append(content[cursor:])
-    data = loads_json(b"".join(pieces))
-    return data if _restore(data, arrays) else loads_json(content)
+    data = loads(b"".join(pieces))
+    return data if _restore(data, arrays) else loads(content)
+
+
+def _loads_exact_allowing_non_finite(data: bytes) -> Any:
+    return loads_exact_json(data, allow_non_finite=True)
 
 
 def zstd_compress(pieces: Sequence[Piece]) -> bytes:

@@ -15,10 +15,9 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.tape import Tape
+from token_finalizer.core.token_ids import same_ids
 
 __all__ = ["MAX_DELTA_DEPTH", "Deduplicated", "Materialized", "deduplicate", "materialize"]
 
@@ -45,9 +44,8 @@ class Materialized:
 
 
 def _same_tokens(first: TokenEntry, other: TokenEntry) -> bool:
-    return bool(
-        np.array_equal(first.prompt_token_ids, other.prompt_token_ids)
-        and np.array_equal(first.generation_token_ids, other.generation_token_ids)
+    return same_ids(first.prompt_token_ids, other.prompt_token_ids) and same_ids(
+        first.generation_token_ids, other.generation_token_ids
     )
 
 
