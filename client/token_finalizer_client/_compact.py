@@ -39,8 +39,9 @@ GENERATION = "generation_token_ids"
 LOG_PROBS = "generation_log_probs"
 _TOKEN_KEYS = (PROMPT, GENERATION, LOG_PROBS)
 _ID_KEYS = (PROMPT, GENERATION)
-_INT64_MAX = 2**63 - 1
 _ID_END = 2**64
+_INTEGERS = frozenset({int})
+_NUMBERS = frozenset({int, float})
 
 
 def load_numpy() -> Any:
@@ -98,71 +99,75 @@ def _list_output(output: list[Any], context: list[Any] | None) -> list[Any] | No
     return expanded
 
 
-def _checked_ids(values: Any, what: str) -> int:
-    """The largest id of a JSON list of token ids (-1 when empty); MalformedAnswerError if any
-    element is not an integer in [0, 2**64). C-speed passes, no Python step per id."""
+def _refuse_strangers(values: Any, what: str, allowed: frozenset[type], kind: str) -> None:
+    """MalformedAnswerError unless `values` is a list of `allowed` types only (one C pass)."""
     if not isinstance(values, list):
         raise MalformedAnswerError(f"the finalize answer's `{what}` is not a list")
-    if not values:
-        return -1
-    strangers = set(map(type, values)) - {int}  # type(True) is bool: booleans are refused
+    strangers = set(map(type, values)) - allowed  # type(True) is bool, never int
     if strangers:
-        names = ", ".join(sorted(kind.__name__ for kind in strangers))
+        names = ", ".join(sorted(stranger.__name__ for stranger in strangers))
         raise MalformedAnswerError(
-            f"the finalize answer's `{what}` holds {names} values where token ids must be integers"
-        )
-    low, high = min(values), max(values)
-    if low < 0 or high >= _ID_END:
-        bad = low if low < 0 else high
-        raise MalformedAnswerError(
-            f"the finalize answer's `{what}` holds {bad}, outside the token id range [0, 2**64)"
-        )
-    return int(high)
-
-
-def _checked_log_probs(values: Any, what: str) -> None:
-    if not isinstance(values, list):
-        raise MalformedAnswerError(f"the finalize answer's `{what}` is not a list")
-    strangers = set(map(type, values)) - {float, int}
-    if strangers:
-        names = ", ".join(sorted(kind.__name__ for kind in strangers))
-        raise MalformedAnswerError(
-            f"the finalize answer's `{what}` holds {names} values where log probs must be numbers"
+            f"the finalize answer's `{what}` holds {names} values where {kind}"
         )
 
 
-def _id_dtype(np: Any, output: list[Any], context: list[Any] | None) -> Any:
-    """Check every token list of the output (and the context); int64, or uint64 if one needs it."""
-    high = -1 if context is None else _checked_ids(context, "context_token_ids")
-    for item in output:
-        if not isinstance(item, dict):
-            continue
-        for key in _ID_KEYS:
-            if isinstance(item.get(key), list):
-                high = max(high, _checked_ids(item[key], key))
-        if isinstance(item.get(LOG_PROBS), list):
-            _checked_log_probs(item[LOG_PROBS], LOG_PROBS)
-    return np.uint64 if high > _INT64_MAX else np.int64
+def _id_array(np: Any, values: Any, what: str) -> Any:
+    """A JSON list of token ids as int64 (uint64 when an id needs it); MalformedAnswerError
+    if any element is not an integer in [0, 2**64). No Python step per id."""
+    _refuse_strangers(values, what, _INTEGERS, "token ids must be integers")
+    try:
+        array = np.array(values, dtype=np.int64)
+    except OverflowError:  # an id of 2**63 or more (or below -2**63): checked one by one
+        low, high = min(values), max(values)
+        if low < 0 or high >= _ID_END:
+            raise _out_of_range(what, low if low < 0 else high) from None
+        return np.array(values, dtype=np.uint64)
+    if len(array) and int(array.min()) < 0:
+        raise _out_of_range(what, int(array.min()))
+    return array
+
+
+def _out_of_range(what: str, bad: int) -> MalformedAnswerError:
+    return MalformedAnswerError(
+        f"the finalize answer's `{what}` holds {bad}, outside the token id range [0, 2**64)"
+    )
 
 
 def _numpy_output(output: list[Any], context: list[Any] | None) -> list[Any]:
-    """The output with every token list an array and every compact prompt a view of one array."""
+    """The output with every token list an array and every compact prompt a view of one array.
+
+    Every list is checked and converted first; then, if one of them needed
+    uint64, all become uint64 (one dtype per record), and only then are the
+    prompts cut from the context.
+    """
     np = load_numpy()
-    ids = _id_dtype(np, output, context)
-    base = None
-    if context is not None:
-        base = np.array(context, dtype=ids)
-        base.flags.writeable = False  # shared by every prompt: no in-place edits
-    kinds = ((PROMPT, ids), (GENERATION, ids), (LOG_PROBS, np.float64))
-    expanded: list[Any] = []
+    converted: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for item in output:
+        arrays: dict[str, Any] = {}
+        if isinstance(item, dict):
+            for key in _ID_KEYS:
+                if isinstance(item.get(key), list):
+                    arrays[key] = _id_array(np, item[key], key)
+            if isinstance(item.get(LOG_PROBS), list):
+                _refuse_strangers(item[LOG_PROBS], LOG_PROBS, _NUMBERS, "log probs are numbers")
+                arrays[LOG_PROBS] = np.array(item[LOG_PROBS], dtype=np.float64)
+        converted.append((item, arrays))
+    base = None if context is None else _id_array(np, context, "context_token_ids")
+    id_arrays = [a[key] for _, a in converted for key in _ID_KEYS if key in a]
+    if base is not None:
+        id_arrays.append(base)
+    if any(array.dtype == np.uint64 for array in id_arrays):
+        for _, arrays in converted:
+            for key in _ID_KEYS:
+                if key in arrays:
+                    arrays[key] = arrays[key].astype(np.uint64, copy=False)
+        base = None if base is None else base.astype(np.uint64, copy=False)
+    if base is not None:
+        base.flags.writeable = False  # shared by every prompt: no in-place edits
+    expanded: list[Any] = []
+    for item, arrays in converted:
         if isinstance(item, dict):
             prompt = _compact_prompt(item, base)
-            arrays = {
-                key: np.array(item[key], dtype=dtype)
-                for key, dtype in kinds
-                if isinstance(item.get(key), list)
-            }
             if prompt is not None:
                 arrays[PROMPT] = prompt
             if arrays:

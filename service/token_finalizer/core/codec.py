@@ -186,32 +186,49 @@ class PromptReuse:
     __slots__ = ("_buffer", "_length", "_text")
 
     def __init__(self) -> None:
-        self._text = b""
+        self._text: bytes | memoryview = b""
         self._buffer = _EMPTY_IDS
         self._length = 0
 
     def parse(self, segment: bytes) -> np.ndarray | None:
         """The ids of one prompt's text (`1,2,3`); None when the text is not plain ids."""
+        return self.parse_at(segment, 0, len(segment))
+
+    def parse_at(self, content: bytes, begin: int, end: int) -> np.ndarray | None:
+        """`parse(content[begin:end])` without copying the text out of `content`.
+
+        A prompt's text is compared with the previous one in place, so a
+        capture's lines are never copied per prompt (each repeats the whole
+        context before it).
+        """
         previous = self._text
-        if (
-            previous
-            and len(segment) > len(previous)
-            and segment[len(previous)] == _COMMA_BYTE
-            and segment.startswith(previous)
-        ):
-            tail = ids_from_text(segment[len(previous) + 1 :])
-            if tail is None:
-                return None
-            self._append(tail)
-        elif previous and segment == previous:
-            pass
+        known = len(previous)
+        if previous and content.startswith(previous, begin, end):
+            if end - begin == known:
+                pass  # the same prompt again
+            elif content[begin + known] == _COMMA_BYTE:
+                tail = ids_from_text(content[begin + known + 1 : end])
+                if tail is None:
+                    return None
+                self._append(tail)
+            else:
+                return self._restart(content[begin:end], content, begin, end)
         else:
-            ids = ids_from_text(segment)
-            if ids is None:
-                return None
-            self._buffer, self._length = _EMPTY_IDS, 0
-            self._append(ids)
-        self._text = segment
+            return self._restart(content[begin:end], content, begin, end)
+        self._text = memoryview(content)[begin:end]
+        return self._view()
+
+    def _restart(self, segment: bytes, content: bytes, begin: int, end: int) -> np.ndarray | None:
+        """A prompt that does not extend the previous one: a new buffer of its own."""
+        ids = ids_from_text(segment)
+        if ids is None:
+            return None
+        self._buffer, self._length = _EMPTY_IDS, 0
+        self._append(ids)
+        self._text = memoryview(content)[begin:end]
+        return self._view()
+
+    def _view(self) -> np.ndarray:
         view = self._buffer[: self._length]
         view.flags.writeable = False
         return view
@@ -229,6 +246,25 @@ class PromptReuse:
         self._length = end
 
 
+def _key_positions(content: bytes) -> list[tuple[int, bytes]]:
+    """Where each token key occurs, in text order.
+
+    Keys start with a quote, and token arrays hold none: hopping from quote
+    to quote (memchr speed) skips each long array in one step. A plain
+    `find` of the key would not: its digits defeat the substring search's
+    skip table, and it crawls through every array byte by byte.
+    """
+    positions = []
+    at = content.find(b'"')
+    while at >= 0:
+        for key in _LIFTED_KEYS:
+            if content.startswith(key, at):
+                positions.append((at, key))
+                break
+        at = content.find(b'"', at + 1)
+    return positions
+
+
 def loads_with_token_arrays(content: bytes, *, prompts: PromptReuse | None = None) -> Any:
     """`loads_json` of an entry or a snapshot, its token id arrays parsed by numpy.
 
@@ -241,31 +277,23 @@ def loads_with_token_arrays(content: bytes, *, prompts: PromptReuse | None = Non
     # keep exact (2**64 or more): then that parse is the exact one.
     loads: Callable[[bytes], Any] = loads_json
     cursor = 0
-    next_at = {key: content.find(key) for key in _LIFTED_KEYS}
-    while True:
-        found = [(at, key) for key, at in next_at.items() if at >= 0]
-        if not found:
-            break
-        start, key = min(found)
+    for start, key in _key_positions(content):
         begin = start + len(key)
+        if begin <= cursor:
+            continue
         end = content.find(b"]", begin)
         if end < 0:
             ids = None
         elif prompts is not None and key == _PROMPT_KEY:
-            ids = prompts.parse(content[begin:end])
+            ids = prompts.parse_at(content, begin, end)
         else:
             ids = ids_from_text(content[begin:end])
         if ids is None:  # not a plain list of ids: the ordinary parse handles it
             loads = _loads_exact_allowing_non_finite
-            next_at[key] = content.find(key, begin)
             continue
         pieces += (content[cursor : begin - 1], orjson.dumps(f"{_PLACEHOLDER}{len(arrays)}"))
         arrays.append(ids)
         cursor = end + 1
-        next_at = {
-            k: at if at < 0 or at >= cursor else content.find(k, cursor)
-            for k, at in next_at.items()
-        }
     if not arrays:
         return _loads_exact_allowing_non_finite(content)
     pieces.append(content[cursor:])

@@ -50,13 +50,19 @@ _KNOWN_FIELDS = frozenset(
 _EMPTY_LOGPROBS = np.empty(0, dtype=np.float64)
 
 
-def _token_ids(name: str, value: object, call_id: str) -> np.ndarray:
-    """A token field as an array of the core's dtype (docs/records-and-builds.md#token-ids)."""
+def _token_ids(name: str, value: object, call_id: str, *, parsed: bool) -> np.ndarray:
+    """A token field as an array of the core's dtype (docs/records-and-builds.md#token-ids).
+
+    `parsed`: arrays come from the codec, which makes them from digit text
+    only (non-negative, int32 or uint64): nothing to check again, and a
+    capture's prompts are views of one buffer, so checking each would cost
+    O(calls x context).
+    """
     if not isinstance(value, list | np.ndarray):
         raise TokenEntryError(f"{name} must be a list of integers, got {type(value).__name__}")
     try:
         if isinstance(value, np.ndarray):
-            return token_id_array(value)
+            return value if parsed else token_id_array(value)
         return check_token_id_list(value)
     except TokenIdOutOfRange as exc:
         raise TokenIdOutOfRange(f"{exc} (in {name} of model call {call_id})") from None
@@ -102,6 +108,11 @@ class TokenEntry:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TokenEntry:
         """Validate a parsed TokenEntry; raise TokenEntryError naming the bad field."""
+        return cls._validated(data, parsed=False)
+
+    @classmethod
+    def _validated(cls, data: Mapping[str, Any], *, parsed: bool) -> TokenEntry:
+        """`from_dict`; `parsed` when its token arrays were made by the codec (`from_json`)."""
         if not isinstance(data, Mapping):
             raise TokenEntryError(f"a TokenEntry must be a JSON object, got {type(data).__name__}")
         schema = data.get("schema_version", TOKEN_ENTRY_SCHEMA_VERSION)
@@ -125,9 +136,9 @@ class TokenEntry:
             model = ""
         if not isinstance(model, str):
             raise TokenEntryError(f"model must be a string, got {type(model).__name__}")
-        prompt = _token_ids("prompt_token_ids", data.get("prompt_token_ids", []), model_call_id)
-        generation = _token_ids(
-            "generation_token_ids", data.get("generation_token_ids", []), model_call_id
+        prompt, generation = (
+            _token_ids(key, data.get(key, []), model_call_id, parsed=parsed)
+            for key in ("prompt_token_ids", "generation_token_ids")
         )
         log_probs = _log_probs(data.get("generation_log_probs", []))
         if len(log_probs) != len(generation):
@@ -181,7 +192,7 @@ class TokenEntry:
             data = loads_with_token_arrays(line, prompts=prompts)
         except ValueError as exc:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls._validated(data, parsed=True)
 
     def to_dict(self, *, as_lists: bool = True) -> dict[str, Any]:
         """The entry as JSON-ready fields, extra fields included.

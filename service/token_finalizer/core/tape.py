@@ -4,30 +4,22 @@ A delta-encoded rollout stores each call's prompt as the suffix after its
 parent. Rebuilding every full prompt as its own array would cost
 O(calls x context) memory; instead, a run of calls that extend each other
 appends to one buffer, and each call's full sequence is a view of its
-prefix. The big-endian form the token digest hashes is kept alongside, so a
-prefix digest hashes a slice of it without any conversion.
-See docs/records-and-builds.md#delta-prompts.
+prefix. Digests of those views are hashed from one big-endian conversion of
+the buffer (core/digest_batch.py). See docs/records-and-builds.md#delta-prompts.
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from token_finalizer.core.token_digest import (
-    EMPTY_TOKEN_DIGEST,
-    TOKEN_DIGEST_VERSION,
-    InvalidTokenIds,
-)
+from token_finalizer.core.token_digest import InvalidTokenIds
 from token_finalizer.core.token_ids import NARROW, WIDE, out_of_range_message
 
 __all__ = ["Tape"]
 
-_DOMAIN = b"nemo-gym-tokens"
 _MIN_CAPACITY = 1024
 
 Ids = npt.NDArray[np.integer[Any]]
@@ -40,17 +32,15 @@ class Tape:
     an id needs uint64, then uint64 from there on.
     """
 
-    __slots__ = ("_big_endian", "_ids", "length")
+    __slots__ = ("_ids", "length")
 
     def __init__(self, first: Ids) -> None:
-        capacity = max(_MIN_CAPACITY, 2 * len(first))
-        self._ids: Ids = np.empty(capacity, dtype=NARROW)
-        self._big_endian = np.empty(capacity, dtype=">u8")
+        self._ids: Ids = np.empty(max(_MIN_CAPACITY, 2 * len(first)), dtype=NARROW)
         self.length = 0
         self.append(first)
 
     def append(self, ids: Ids) -> None:
-        """Add `ids` (non-negative, in the core's dtype) at the end, growing geometrically.
+        """Add `ids` (non-negative) at the end, growing geometrically.
 
         Views handed out before a growth keep the old buffer alive and stay
         valid: the tokens they show never change.
@@ -63,14 +53,10 @@ class Tape:
                 raise InvalidTokenIds(out_of_range_message(int(ids.min())))
             dtype = WIDE
         if end > len(self._ids) or dtype != self._ids.dtype:
-            capacity = max(end, 2 * len(self._ids))
-            grown = np.empty(capacity, dtype=dtype)
+            grown = np.empty(max(end, 2 * len(self._ids)), dtype=dtype)
             grown[: self.length] = self._ids[: self.length]
-            grown_be = np.empty(capacity, dtype=">u8")
-            grown_be[: self.length] = self._big_endian[: self.length]
-            self._ids, self._big_endian = grown, grown_be
+            self._ids = grown
         self._ids[self.length : end] = ids
-        self._big_endian[self.length : end] = ids
         self.length = end
 
     def view(self, length: int) -> Ids:
@@ -78,12 +64,3 @@ class Tape:
         out = self._ids[:length]
         out.flags.writeable = False
         return out
-
-    def digest(self, length: int) -> str:
-        """The token digest of the first `length` tokens, hashed straight from the buffer."""
-        if length == 0:
-            return EMPTY_TOKEN_DIGEST
-        hasher = hashlib.sha256(_DOMAIN)
-        hasher.update(struct.pack(">BQ", TOKEN_DIGEST_VERSION, length))
-        hasher.update(self._big_endian[:length].data)  # the buffer itself, no copy
-        return hasher.hexdigest()

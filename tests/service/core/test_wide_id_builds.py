@@ -16,6 +16,7 @@ from tests.support.wide_ids import expected_items, token_items, wide_rollout
 from token_finalizer.api.encoding import finalize_answer_pieces
 from token_finalizer.core.codec import dumps_entry_line, encode_json
 from token_finalizer.core.compact_tokens import compact_output
+from token_finalizer.core.digest_batch import DigestBatch
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import TokenEntryError, TokenIdOutOfRange
 from token_finalizer.core.rebuild import rebuild_snapshot
@@ -82,7 +83,9 @@ def test_tape_widens_without_changing_earlier_views() -> None:
     tape.append(np.array([3], dtype=np.int32))
     assert before.tolist() == [1, 2]
     assert tape.view(4).tolist() == [1, 2, 2**64 - 1, 3]
-    assert tape.digest(4) == token_digest([1, 2, 2**64 - 1, 3])
+    batch = DigestBatch()
+    batch.add(tape.view(4))
+    assert batch.run() == [token_digest([1, 2, 2**64 - 1, 3])]
 
 
 @st.composite
