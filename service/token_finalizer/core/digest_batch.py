@@ -35,7 +35,7 @@ from token_finalizer.core.token_digest import (
     TOKEN_DIGEST_VERSION,
     InvalidTokenIds,
 )
-from token_finalizer.core.token_ids import out_of_range_message
+from token_finalizer.core.token_ids import buffer_of, out_of_range_message
 
 __all__ = ["DigestBatch"]
 
@@ -83,23 +83,6 @@ class _Converted:
         return self.big_endian
 
 
-def _owner_and_offset(ids: Ids) -> tuple[Ids, int] | None:
-    """The contiguous 1-D buffer `ids` is a view of, and where it starts; None if not one."""
-    owner = ids.base if isinstance(ids.base, np.ndarray) else ids
-    if (
-        owner.ndim != 1
-        or owner.dtype != ids.dtype
-        or owner.strides != (owner.itemsize,)
-        or ids.strides != (ids.itemsize,)
-    ):
-        return None
-    start = ids.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
-    offset, remainder = divmod(start, ids.itemsize)
-    if remainder or offset < 0 or offset + len(ids) > len(owner):
-        return None
-    return owner, offset
-
-
 class DigestBatch:
     """Collects sequences (each given as its parts), then digests them all in one `run`."""
 
@@ -118,7 +101,7 @@ class DigestBatch:
         return len(self._jobs) - 1
 
     def _big_endian(self, ids: Ids) -> memoryview:
-        found = _owner_and_offset(ids)
+        found = buffer_of(ids)
         if found is None:  # not a view of a plain buffer: convert it alone
             return _Converted(np.ascontiguousarray(ids)).upto(len(ids)).data
         owner, offset = found

@@ -27,7 +27,7 @@ from token_finalizer.core.token_ids import (
     common_dtype,
     narrowest,
     token_id_array,
-    widened,
+    widened_together,
 )
 
 __all__ = ["Snapshot", "TokenEntry", "uniform_token_arrays"]
@@ -291,12 +291,13 @@ def uniform_token_arrays(entries: Sequence[TokenEntry]) -> list[TokenEntry]:
     dtype = common_dtype(arrays)
     if all(array.dtype == dtype for array in arrays):
         return list(entries)
-    convert = widened if dtype == WIDE else narrowest
+    if dtype == WIDE:
+        converted = widened_together(arrays)
+    else:  # only empty arrays of another dtype (or a hand-built int64 entry)
+        converted = [narrowest(array) for array in arrays]
     return [
         dataclasses.replace(
-            entry,
-            prompt_token_ids=convert(entry.prompt_token_ids),
-            generation_token_ids=convert(entry.generation_token_ids),
+            entry, prompt_token_ids=converted[2 * i], generation_token_ids=converted[2 * i + 1]
         )
-        for entry in entries
+        for i, entry in enumerate(entries)
     ]

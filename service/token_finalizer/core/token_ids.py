@@ -31,6 +31,7 @@ __all__ = [
     "TOKEN_ID_END",
     "WIDE",
     "Ids",
+    "buffer_of",
     "check_token_id_list",
     "common_dtype",
     "join_ids",
@@ -39,6 +40,7 @@ __all__ = [
     "same_ids",
     "token_id_array",
     "widened",
+    "widened_together",
 ]
 
 Ids: TypeAlias = npt.NDArray[np.integer[Any]]
@@ -153,5 +155,51 @@ def _same_memory(first: Ids, second: Ids) -> bool:
     return (
         first.dtype == second.dtype
         and first.strides == second.strides
-        and first.__array_interface__["data"][0] == second.__array_interface__["data"][0]
+        and first.ctypes.data == second.ctypes.data
     )
+
+
+def buffer_of(ids: Ids) -> tuple[Ids, int] | None:
+    """The contiguous 1-D array `ids` is a view of (itself if none), and where it starts.
+
+    None when `ids` is not a plain contiguous slice of such an array.
+    """
+    owner = ids.base if isinstance(ids.base, np.ndarray) else ids
+    if (
+        owner.ndim != 1
+        or owner.dtype != ids.dtype
+        or owner.strides != (owner.itemsize,)
+        or ids.strides != (ids.itemsize,)
+    ):
+        return None
+    offset, remainder = divmod(ids.ctypes.data - owner.ctypes.data, ids.itemsize)
+    if remainder or offset < 0 or offset + len(ids) > len(owner):
+        return None
+    return owner, offset
+
+
+def widened_together(arrays: Sequence[Ids]) -> list[Ids]:
+    """Every array as uint64; views of one buffer become views of one converted buffer.
+
+    A capture's prompts are views of a few shared buffers: widening each on
+    its own would copy O(calls x context) ids. Each buffer is converted once,
+    up to the furthest id a view shows (what lies beyond was never written).
+    """
+    found = [None if array.dtype == WIDE else buffer_of(array) for array in arrays]
+    needed: dict[int, tuple[Ids, int]] = {}
+    for array, place in zip(arrays, found, strict=True):
+        if place is not None:
+            owner, offset = place
+            end = max(needed.get(id(owner), (owner, 0))[1], offset + len(array))
+            needed[id(owner)] = (owner, end)
+    converted = {key: widened(owner[:end]) for key, (owner, end) in needed.items()}
+    widened_arrays: list[Ids] = []
+    for array, place in zip(arrays, found, strict=True):
+        if array.dtype == WIDE:
+            widened_arrays.append(array)
+        elif place is None:
+            widened_arrays.append(widened(array))
+        else:
+            owner, offset = place
+            widened_arrays.append(converted[id(owner)][offset : offset + len(array)])
+    return widened_arrays

@@ -17,7 +17,7 @@ from token_finalizer.api.encoding import finalize_answer_pieces
 from token_finalizer.core.codec import dumps_entry_line, encode_json
 from token_finalizer.core.compact_tokens import compact_output
 from token_finalizer.core.digest_batch import DigestBatch
-from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.entries import Snapshot, TokenEntry, uniform_token_arrays
 from token_finalizer.core.errors import TokenEntryError, TokenIdOutOfRange
 from token_finalizer.core.rebuild import rebuild_snapshot
 from token_finalizer.core.tape import Tape
@@ -125,3 +125,19 @@ def test_any_ids_round_trip_through_build_and_both_answer_forms(
     context, _ = compacted
     last_prompt, last_generation = expected[-1]
     assert context.tolist() == [*last_prompt, *last_generation]
+
+
+def test_widening_keeps_shared_prompts_shared() -> None:
+    """One wide id widens the snapshot; prompts parsed into one buffer stay views of one array."""
+    entries = wide_rollout("r")
+    entries[0] = make_entry("r", "c0", [1, 2, 3], [4, 5])
+    small = [1, 2, 3, 4, 5]
+    entries[1] = make_entry("r", "c1", [*small, 6], [7])
+    entries[2] = make_entry("r", "c2", [*small, 6, 7, 8], [2**64 - 1])
+    parsed = _snapshot(entries).entries
+    assert parsed[0].prompt_token_ids.dtype == np.int32  # as parsed, before the build
+    uniform = uniform_token_arrays(parsed)
+    prompts = [entry.prompt_token_ids for entry in uniform]
+    assert {str(prompt.dtype) for prompt in prompts} == {"uint64"}
+    assert np.shares_memory(prompts[0], prompts[1])
+    assert [p.tolist() for p in prompts] == [e["prompt_token_ids"] for e in entries]
