@@ -7,6 +7,7 @@ might reasonably want to change.
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 # Configuration files: deepest nesting and most values (aliases expanded) accepted.
@@ -91,6 +92,12 @@ STREAM_CHUNK_BYTES = 1024 * 1024
 # Builds of snapshots with at least this many tokens run in a worker thread so
 # the event loop keeps serving other requests meanwhile.
 BUILD_IN_THREAD_MIN_TOKENS = 200_000
+# A build's token digests (each call's cumulative sequence: ~640 MB of SHA-256
+# for a 400-call, 400k-token rollout) are hashed by this many threads once a
+# batch holds at least the second size; hashlib releases the GIL while it
+# hashes a large buffer. More threads than cores gain nothing.
+DIGEST_THREADS = min(4, os.cpu_count() or 1)
+DIGEST_PARALLEL_MIN_BYTES = 4 * 1024 * 1024
 
 # ---------------------------------------------------------------------------
 # Finalizer HTTP service (token_finalizer.api)

@@ -3,6 +3,7 @@
     CaptureError                    base of everything below
     ├── InvalidRolloutId            an id that is not a safe store key, or a malformed record id
     ├── TokenEntryError             a TokenEntry that fails validation (or a newer schema_version)
+    │   └── TokenIdOutOfRange       a token id below 0 or of 2**64 or more (`invalid_token_ids`)
     ├── CaptureConflict             a different payload under an existing model_call_id
     ├── CaptureFrozen               a write after the rollout was frozen
     ├── CaptureRetired              a freeze or write after the snapshot was retired
@@ -29,6 +30,7 @@ __all__ = [
     "StoreFull",
     "StoreUnreachable",
     "TokenEntryError",
+    "TokenIdOutOfRange",
     "describe_exception",
 ]
 
@@ -48,6 +50,15 @@ class InvalidRolloutId(CaptureError, ValueError):
 
 class TokenEntryError(CaptureError, ValueError):
     """A TokenEntry that does not satisfy the record contract."""
+
+
+class TokenIdOutOfRange(TokenEntryError):
+    """A token id outside [0, 2**64), the range NeMo Gym 0.7 accepts.
+
+    Its own class so that a finalize reading such a capture masks the record
+    as `invalid_token_ids`; the message starts with the words of the token
+    digest's error (docs/records-and-builds.md#token-ids).
+    """
 
 
 class CaptureConflict(CaptureError):

@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from token_finalizer.core.lineage_fields import CallView, lineage_field
 from token_finalizer.core.token_digest import token_digest
+from token_finalizer.core.token_ids import join_ids, same_ids
 from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     FingerprintError,
@@ -143,10 +144,8 @@ def cumulative_token_ids(
     pieces = [current.prompt_token_ids, current.generation_token_ids]
     for delta in reversed(deltas):
         pieces += [delta.prompt_token_ids, delta.generation_token_ids]
-    # Empty pieces are left out: an empty float array (np.asarray([])) would
-    # otherwise turn the whole sequence into floats.
-    non_empty = [np.asarray(piece) for piece in pieces if len(piece)]
-    return np.concatenate(non_empty) if non_empty else np.empty(0, dtype=np.int64)
+    # Exact whatever the pieces' dtypes (int32 and uint64 would make floats).
+    return join_ids([np.asarray(piece) for piece in pieces])
 
 
 def _resolve(entries: Sequence[CallView], fingerprint: str, digests: Sequence[str]) -> Resolution:
@@ -237,8 +236,10 @@ _LINEAGE_FIELDS = (
 def _same_payload(first: CallView, repeat: CallView) -> bool:
     return (
         all(lineage_field(first, name) == lineage_field(repeat, name) for name in _LINEAGE_FIELDS)
-        and np.array_equal(first.prompt_token_ids, repeat.prompt_token_ids)
-        and np.array_equal(first.generation_token_ids, repeat.generation_token_ids)
+        and same_ids(np.asarray(first.prompt_token_ids), np.asarray(repeat.prompt_token_ids))
+        and same_ids(
+            np.asarray(first.generation_token_ids), np.asarray(repeat.generation_token_ids)
+        )
     )
 
 
