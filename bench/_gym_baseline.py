@@ -47,7 +47,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bench._hotpath_workload import ModelCall
-from token_finalizer.core.fingerprint import (
+from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     assistant_fingerprint,
     conversation_digest,
