@@ -41,6 +41,13 @@ from token_finalizer.sources.redis import KEY_PARTS, RedisTokenStore
 pytestmark = pytest.mark.anyio
 
 PASSWORD = "hunter2-s3cret"
+# Lineage stamps that make a call a candidate of the lineage index.
+STAMPED = {
+    "continuation_fingerprint": "a" * 64,
+    "continuation_context_len": 1,
+    "continuation_context_digest": "b" * 64,
+    "fingerprint_version": 2,
+}
 
 
 @pytest.fixture
@@ -74,9 +81,10 @@ def _dead_url(password: str | None = None) -> str:
 async def test_every_key_of_a_rollout_carries_its_hash_tag(
     rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
 ) -> None:
-    """All six keys of a rollout are `<prefix>{ng:<id>}:<part>`, so they share a cluster slot."""
+    """All eight keys of a rollout are `<prefix>{ng:<id>}:<part>`, so they share a cluster slot."""
     await rstore.begin_call("r.1", "c2")
-    await rstore.put(make_entry("r.1", "c1", [1], [2]))
+    # Stamped for lineage, so the index keys exist too.
+    await rstore.put(make_entry("r.1", "c1", [1], [2], **STAMPED))
     await rstore.mark_incomplete("r.1", "c3")
     keys = _keys(raw, redis_prefix)
     assert keys == sorted(f"{redis_prefix}{{ng:r.1}}:{part}" for part in KEY_PARTS)
@@ -175,12 +183,12 @@ async def test_abandoned_ttl_covers_every_key_of_an_open_capture(
 ) -> None:
     """With abandoned_ttl_s each write gives every key of the capture the same expiry."""
     store = RedisTokenStore(redis_url, key_prefix=redis_prefix, abandoned_ttl_s=60)
-    await store.put(make_entry("r1", "c1", [1], [2]))
+    await store.put(make_entry("r1", "c1", [1], [2], **STAMPED))
     await store.begin_call("r1", "c2")
     await store.mark_incomplete("r1", "c3")
     await store.close()
     ttls = [raw.pttl(key) for key in _keys(raw, redis_prefix)]
-    assert len(ttls) == 6 and all(55_000 < ttl <= 60_000 for ttl in ttls)
+    assert len(ttls) == len(KEY_PARTS) and all(55_000 < ttl <= 60_000 for ttl in ttls)
     assert max(ttls) - min(ttls) < 1000
 
 

@@ -15,13 +15,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from token_finalizer._constants import LINEAGE_CACHE_MAX_TOKENS, LINEAGE_INDEX_MAX_ROLLOUTS
 from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, StoreUnreachable
 from token_finalizer.core.identity import check_model_call_id, check_store_id
+from token_finalizer.core.lineage_chains import ChainCache
+from token_finalizer.core.lineage_index import EMPTY_LINEAGE
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
-from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
 from token_finalizer.sources.base import FrozenLines, LineageQuery
 from token_finalizer.sources.file._capture import CaptureFiles
@@ -34,6 +37,7 @@ from token_finalizer.sources.file._fs import (
     split_lines,
     truncate,
 )
+from token_finalizer.sources.file._index import FileLineageIndexes
 from token_finalizer.sources.file.admin import FileStoreAdmin
 
 __all__ = ["FileTokenStore"]
@@ -151,7 +155,10 @@ class FileTokenStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._admin = FileStoreAdmin(self.directory)
+        self._indexes = FileLineageIndexes(
+            LINEAGE_INDEX_MAX_ROLLOUTS, ChainCache(LINEAGE_CACHE_MAX_TOKENS)
+        )
+        self._admin = FileStoreAdmin(self.directory, on_removed=self._indexes.forget)
 
     def __repr__(self) -> str:
         return f"FileTokenStore({str(self.directory)!r})"
@@ -195,6 +202,10 @@ class FileTokenStore:
             # If the state cannot be written (disk full), the line goes again:
             # the put failed, and the capture stays exactly as it was.
             files.write_state(state, undo=lambda: truncate(files.jsonl, start))
+            written = os.stat(files.jsonl, follow_symlinks=False)
+            self._indexes.committed(
+                parsed.rollout_id, (written.st_dev, written.st_ino), line, start, parsed
+            )
 
     @staticmethod
     def _mark_incomplete_locked(
@@ -313,6 +324,7 @@ class FileTokenStore:
                 state.retired = True
                 files.write_state(state)
             files.remove_data_files()
+            self._indexes.forget(rollout_id)
             return True
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
@@ -343,10 +355,37 @@ class FileTokenStore:
         check_store_id(rollout_id)
         return await asyncio.to_thread(self._committed_entries, rollout_id)
 
+    def _resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
+        files = self._files(rollout_id)
+        if not exists(files.state):
+            return resolve_query(EMPTY_LINEAGE, None, query)  # nothing acknowledged yet
+        with files.locked(exclusive=False):
+            files.check_files()
+            state = files.read_state()
+            try:
+                fd = None if state.retired else open_regular(files.jsonl, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = None
+            if fd is None:
+                self._indexes.forget(rollout_id)
+                return resolve_query(EMPTY_LINEAGE, None, query)
+            try:
+                # Only the acknowledged part (up to indexed_size): a line past it
+                # was never confirmed to its writer.
+                return self._indexes.resolve(rollout_id, fd, files.jsonl.name, state, query)
+            finally:
+                os.close(fd)
+
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
-        """Which acknowledged call of the rollout a request continues (read-only)."""
+        """Which acknowledged call of the rollout a request continues (read-only).
+
+        Reads the state under the shared lock, then only the lines acknowledged
+        since this store's index of the rollout last looked, and the answer's.
+        """
         check_store_id(rollout_id)
-        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
+        if not query.fingerprint:
+            return resolve_query(EMPTY_LINEAGE, None, query)  # a root: nothing to read
+        return await asyncio.to_thread(self._resolve_lineage, rollout_id, query)
 
     # -- lifecycle -----------------------------------------------------------
 

@@ -11,6 +11,11 @@ tag `{ng:R}`, so Redis Cluster keeps one rollout on one slot:
     P{ng:R}:order        LIST   model_call_ids in put order (snapshots keep it)
     P{ng:R}:intents      SET    announced model_call_ids (begin_call)
     P{ng:R}:incomplete   SET    model_call_ids that failed to capture
+    P{ng:R}:links        HASH   model_call_id -> its lineage link (parent, delta, lengths, digest)
+    P{ng:R}:lineage      HASH   continuation fingerprint -> its candidate calls and contexts
+
+The last two are the rollout's lineage index (docs/store-protocol.md#lineage-index),
+written by the same script as the entry.
 
 Any failure of the Redis client is a SourceUnavailable (StoreUnreachable when
 nothing answered): the finalizer answers 503 for it, never a masked record.
@@ -45,7 +50,16 @@ from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
 __all__ = ["KEY_PARTS", "RedisConnection", "text"]
 
 # The order of KEYS in every script.
-KEY_PARTS: Final = ("state", "entries", "digests", "order", "intents", "incomplete")
+KEY_PARTS: Final = (
+    "state",
+    "entries",
+    "digests",
+    "order",
+    "intents",
+    "incomplete",
+    "links",
+    "lineage",
+)
 
 
 def text(value: object) -> str:

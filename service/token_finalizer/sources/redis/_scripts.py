@@ -1,7 +1,7 @@
 """The redis store's Lua scripts: package resource files, read once per process.
 
 Every script is one state change (or one consistent read) of one rollout,
-run with EVALSHA over the rollout's six keys (redis-py reloads a script the
+run with EVALSHA over the rollout's eight keys (redis-py reloads a script the
 server lost, on NOSCRIPT). `prelude.lua` holds the helpers every script may
 use and is prepended to each. See docs/store-protocol.md#redis-store.
 """
@@ -21,6 +21,7 @@ SCRIPT_NAMES: Final = (
     "freeze",
     "drop",
     "committed",
+    "resolve",
     "status",
     "inspect",
     "delete",

@@ -38,6 +38,7 @@ from token_finalizer.sources._lineage import resolve_committed
 from token_finalizer.sources._state import CaptureState, line_digest
 from token_finalizer.sources.base import FrozenLines, LineageQuery
 from token_finalizer.sources.redis._client import RedisConnection, text
+from token_finalizer.sources.redis._lineage import RedisLineage, index_arguments
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
 
 __all__ = ["RedisTokenStore"]
@@ -51,9 +52,10 @@ def _milliseconds(seconds: float | None, what: str) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _prepared(entry: object) -> tuple[TokenEntry, bytes, str]:
+def _prepared(entry: object) -> tuple[TokenEntry, bytes, str, tuple[str, str, str, str]]:
+    """The parsed entry, its line, the line's digest and the lineage index's arguments."""
     parsed, line = entry_payload(entry)
-    return parsed, line, line_digest(line)
+    return parsed, line, line_digest(line), index_arguments(parsed)
 
 
 async def _parsed(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
@@ -93,7 +95,8 @@ class RedisTokenStore:
         self._redis = RedisConnection(
             url, key_prefix=key_prefix or "", timeout_s=timeout_s, cluster=cluster, client=client
         )
-        self._admin = RedisStoreAdmin(self._redis)
+        self._lineage = RedisLineage(self._redis)
+        self._admin = RedisStoreAdmin(self._redis, on_removed=self._lineage.forget)
 
     def __repr__(self) -> str:  # never shows a password
         return f"RedisTokenStore({self._redis.where!r}, key_prefix={self.key_prefix!r})"
@@ -119,15 +122,21 @@ class RedisTokenStore:
 
         A conflict also marks the rollout incomplete, in the same script.
         """
-        parsed, line, digest = await asyncio.to_thread(_prepared, entry)
+        parsed, line, digest, indexed = await asyncio.to_thread(_prepared, entry)
         rollout_id, call_id = parsed.rollout_id, parsed.model_call_id
         compared = b""
         for _ in range(REDIS_PUT_ROUNDS):
             reply = await self._redis.run(
-                "put", rollout_id, (call_id, digest, line, compared, self._abandoned_ms), "put"
+                "put",
+                rollout_id,
+                (call_id, digest, line, compared, self._abandoned_ms, *indexed),
+                "put",
             )
             status = reply[0]
-            if status in (b"new", b"same"):
+            if status == b"new":
+                self._lineage.committed(parsed, text(reply[2]))
+                return
+            if status == b"same":
                 return
             if status == b"mismatch":
                 stored_digest, stored_line = reply[1], reply[2]
@@ -219,6 +228,8 @@ class RedisTokenStore:
         reply = await self._redis.run(
             "drop", rollout_id, (str(snapshot_id), str(version), self._retired_ms), "drop"
         )
+        if reply:
+            self._lineage.forget(rollout_id)
         return bool(reply)
 
     # -- lineage -------------------------------------------------------------------------------
@@ -237,9 +248,15 @@ class RedisTokenStore:
         return await _parsed(reply[1], rollout_id)
 
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
-        """Which stored call of the rollout a request continues (read-only)."""
+        """Which stored call of the rollout a request continues (read-only), from its
+        lineage index: one script, which sends the answer's lines at most."""
         check_store_id(rollout_id)
-        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
+        return await self._lineage.resolve(
+            rollout_id,
+            query,
+            # A capture written before the index existed is read whole, as then.
+            lambda: resolve_committed(lambda: self.committed_entries(rollout_id), query),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 -- Shared by every script of the redis capture store (docs/store-protocol.md#redis-store).
--- KEYS: 1 state, 2 entries, 3 digests, 4 order, 5 intents, 6 incomplete (one rollout's keys,
--- all under its hash tag). Flags in the state hash are "1" or absent; HMGET answers false
--- for an absent field.
+-- KEYS: 1 state, 2 entries, 3 digests, 4 order, 5 intents, 6 incomplete, 7 links, 8 lineage
+-- (one rollout's keys, all under its hash tag). Flags in the state hash are "1" or absent;
+-- HMGET answers false for an absent field.
 
 -- The server's clock as "seconds.microseconds", so ages agree across machines.
 local function now()
