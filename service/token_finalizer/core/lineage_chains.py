@@ -249,26 +249,29 @@ def _walk(link: CallLink, view: LineageView, chains: ChainSource) -> tuple[list[
     """
     deltas: list[CallLink] = []
     visited: set[str] = set()
-    current = link
+    current_id: str = link.call_id
+    current: CallLink | None = link
     while True:
-        cached = chains.cached(current.call_id)
+        # A cached chain first: a call with a chain was committed in this scope.
+        cached = chains.cached(current_id)
         if cached is not None:
             if len(deltas) + cached.depth > MAX_DELTA_DEPTH:
                 raise BrokenChain(f"delta chain of {link.call_id} exceeds {MAX_DELTA_DEPTH}")
             return deltas, cached
+        if current is None:
+            raise BrokenChain(f"delta entry {deltas[-1].call_id} has no parent {current_id!r}")
         if not current.prompt_is_delta:
             return deltas, current
-        if current.call_id in visited:
+        if current_id in visited:
             raise BrokenChain(f"delta chain of {link.call_id} has a cycle")
         if len(deltas) == MAX_DELTA_DEPTH:
             raise BrokenChain(f"delta chain of {link.call_id} exceeds {MAX_DELTA_DEPTH}")
-        visited.add(current.call_id)
+        visited.add(current_id)
         deltas.append(current)
-        parent_id = current.parent_call_id
-        parent = view.link(parent_id) if parent_id else None
-        if parent is None:
-            raise BrokenChain(f"delta entry {current.call_id} has no parent {parent_id!r}")
-        current = parent
+        if not current.parent_call_id:
+            raise BrokenChain(f"delta entry {current_id} names no parent")
+        current_id = current.parent_call_id
+        current = view.link(current_id)
 
 
 def cumulative_length(link: CallLink, view: LineageView, chains: ChainSource) -> int:

@@ -145,9 +145,9 @@ async def test_refused_ids_write_no_key(
 async def test_drop_keeps_only_the_state_as_an_expiring_tombstone(
     redis_url: str, redis_prefix: str, raw: redis.Redis
 ) -> None:
-    """A drop deletes the data keys; the state stays, expiring after retired_ttl_s."""
+    """A drop deletes the data and index keys; the state stays, expiring after retired_ttl_s."""
     store = RedisTokenStore(redis_url, key_prefix=redis_prefix, retired_ttl_s=100)
-    await store.put(make_entry("r1", "c1", [1], [2]))
+    await store.put(make_entry("r1", "c1", [1], [2], **STAMPED))
     await store.begin_call("r1", "c1")
     await store.mark_incomplete("r1", "c9")
     snapshot = await store.freeze("r1")
