@@ -5,6 +5,7 @@ Every refusal is an HttpError 422 naming what is wrong.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from token_finalizer.core.identity import check_model_call_id
@@ -18,7 +19,11 @@ __all__ = [
     "optional_call_id",
     "required_call_id",
     "resolve_request",
+    "token_form",
 ]
+
+# `tokens=` of a resolve request: how the match's cumulative ids are sent.
+_TOKEN_FORMS = ("plain", "compact")
 
 
 def call_entry(body: dict[str, Any], rollout_id: str, model_call_id: str) -> dict[str, Any]:
@@ -76,3 +81,11 @@ def resolve_request(body: dict[str, Any]) -> LineageQuery:
     except ResolutionRequestError as exc:
         raise HttpError(422, str(exc)) from None
     return LineageQuery(body["fingerprint_version"], body["fingerprint"], tuple(digests))
+
+
+def token_form(query_params: Mapping[str, str]) -> bool:
+    """Whether a resolve asks for its ids in the compact form (`tokens=compact`; default plain)."""
+    form = query_params.get("tokens", "plain")
+    if form not in _TOKEN_FORMS:
+        raise HttpError(422, f"tokens must be one of {', '.join(_TOKEN_FORMS)}, got {form!r}")
+    return form == "compact"

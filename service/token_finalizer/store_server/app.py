@@ -31,6 +31,7 @@ from token_finalizer.store_server._requests import (
     optional_call_id,
     required_call_id,
     resolve_request,
+    token_form,
 )
 from token_finalizer.web.access_log import AccessLogMiddleware
 from token_finalizer.web.answers import error_response, json_response
@@ -151,9 +152,14 @@ def create_store_app(
     @app.post(PROTOCOL_PREFIX + "/lineage/resolve")
     async def resolve_lineage(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
+        compact = token_form(request.query_params)
         body = (await _read(request)).data
         return await resolve_answer(
-            store, rollout_id, resolve_request(body), request.headers.get("accept-encoding")
+            store,
+            rollout_id,
+            resolve_request(body),
+            request.headers.get("accept-encoding"),
+            compact=compact,
         )
 
     return app
