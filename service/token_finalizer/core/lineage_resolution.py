@@ -62,6 +62,8 @@ LOOKUP_ERROR = "lookup_error"
 
 # What a fingerprint and a context digest look like on the wire (lowercase hex SHA-256).
 HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+_HEX_DIGESTS = re.compile(r"[0-9a-f]*")
+_DIGEST_LENGTH = 64
 
 
 class ResolutionRequestError(ValueError):
@@ -261,5 +263,10 @@ def check_resolution_request(fingerprint: str, version: int, digests: Sequence[s
         raise ResolutionRequestError('fingerprint must be "" or 64 lowercase hex digits')
     if isinstance(digests, str | bytes) or not digests:
         raise ResolutionRequestError("context_digests must be a non-empty list")
-    if not all(isinstance(digest, str) and HEX_DIGEST.fullmatch(digest) for digest in digests):
+    # One match over all digests at once: a request carries one per prefix of its items.
+    if not all(isinstance(digest, str) for digest in digests) or not _HEX_DIGESTS.fullmatch(
+        "".join(digests)
+    ):
+        raise ResolutionRequestError("every context digest must be 64 lowercase hex digits")
+    if any(len(digest) != _DIGEST_LENGTH for digest in digests):
         raise ResolutionRequestError("every context digest must be 64 lowercase hex digits")

@@ -9,7 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from token_finalizer.core.identity import check_model_call_id
-from token_finalizer.core.lineage_resolution import ResolutionRequestError, resolve_lineage
+from token_finalizer.core.lineage_resolution import (
+    ResolutionRequestError,
+    check_resolution_request,
+)
 from token_finalizer.sources.base import LineageQuery
 from token_finalizer.web.errors import HttpError
 
@@ -75,9 +78,8 @@ def resolve_request(body: dict[str, Any]) -> LineageQuery:
     if not isinstance(digests, list):
         raise HttpError(422, f"context_digests must be a list, got {type(digests).__name__}")
     try:
-        # Resolving over no entries checks the request by the resolver's own rules
-        # (version, hex digests) before any entry is read.
-        resolve_lineage((), body["fingerprint"], body["fingerprint_version"], digests)
+        # The resolver's own rules (version, hex digests), before any entry is read.
+        check_resolution_request(body["fingerprint"], body["fingerprint_version"], digests)
     except ResolutionRequestError as exc:
         raise HttpError(422, str(exc)) from None
     return LineageQuery(body["fingerprint_version"], body["fingerprint"], tuple(digests))

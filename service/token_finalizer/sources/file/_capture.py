@@ -122,8 +122,21 @@ class CaptureFiles:
         except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
             raise CaptureCorrupt(f"{self.state.name} is not a valid state file: {exc}") from None
 
-    def write_state(self, state: CaptureState, *, undo: Callable[[], None] | None = None) -> None:
-        """Replace the state file atomically; `undo` runs if the old state stays in place."""
+    def write_state(
+        self,
+        state: CaptureState,
+        *,
+        undo: Callable[[], None] | None = None,
+        durable: bool = True,
+    ) -> None:
+        """Replace the state file atomically; `undo` runs if the old state stays in place.
+
+        `durable=False` skips both fsyncs (the temporary file's and the
+        directory's): only for a state whose changes the jsonl itself can
+        rebuild, i.e. a put's entry digest and indexed size. The replacement is
+        still atomic; after a crash the old state may come back, and the next
+        locked operation indexes the fsynced lines past it again.
+        """
         temp = self.state.with_name(f".{self.state.name}.{uuid.uuid4().hex}.tmp")
         created = False
         try:
@@ -132,7 +145,8 @@ class CaptureFiles:
                 created = True
                 try:
                     write_all(fd, orjson.dumps(state.to_dict()))
-                    os.fsync(fd)
+                    if durable:
+                        os.fsync(fd)
                 finally:
                     os.close(fd)
                 os.replace(temp, self.state)
@@ -146,7 +160,8 @@ class CaptureFiles:
         finally:
             if created:
                 temp.unlink(missing_ok=True)
-        fsync_dir(self.directory)
+        if durable:
+            fsync_dir(self.directory)
 
     def remove_data_files(self) -> list[str]:
         """Unlink the rollout's data files (names only: a link's target is untouched)."""

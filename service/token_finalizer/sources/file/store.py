@@ -181,7 +181,7 @@ class FileTokenStore:
             files.check_files()
             state = files.read_state()
             if _index_tail(files, state):
-                files.write_state(state)
+                files.write_state(state, durable=False)  # rebuilt from the jsonl alike
             state.check_writable(parsed.rollout_id)
             decision = state.decide_put(parsed.model_call_id, digest)
             if decision is PutDecision.CONFLICT:
@@ -200,8 +200,11 @@ class FileTokenStore:
             state.record_put(parsed.model_call_id, digest)
             state.indexed_size += len(line) + 1
             # If the state cannot be written (disk full), the line goes again:
-            # the put failed, and the capture stays exactly as it was.
-            files.write_state(state, undo=lambda: truncate(files.jsonl, start))
+            # the put failed, and the capture stays exactly as it was. The
+            # fsynced line is the durable record; the state only indexes it and
+            # is rebuilt from the jsonl after a crash, so it is not fsynced
+            # (docs/store-protocol.md#crash-recovery).
+            files.write_state(state, undo=lambda: truncate(files.jsonl, start), durable=False)
             written = os.stat(files.jsonl, follow_symlinks=False)
             self._indexes.committed(
                 parsed.rollout_id, (written.st_dev, written.st_ino), line, start, parsed

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from typing import Any
 
 from token_finalizer._constants import (
@@ -28,6 +28,7 @@ from token_finalizer._constants import (
     DEFAULT_RETIRED_TTL_S,
     PARSE_IN_THREAD_MIN_BYTES,
     REDIS_PUT_ROUNDS,
+    STORE_PREPARE_IN_THREAD_MIN_TOKENS,
 )
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceUnavailable
@@ -56,6 +57,16 @@ def _prepared(entry: object) -> tuple[TokenEntry, bytes, str, tuple[str, str, st
     """The parsed entry, its line, the line's digest and the lineage index's arguments."""
     parsed, line = entry_payload(entry)
     return parsed, line, line_digest(line), index_arguments(parsed)
+
+
+def _token_count(entry: object) -> int:
+    """How many token ids an entry holds, as far as can be told without parsing it."""
+    if isinstance(entry, TokenEntry):
+        return entry.cumulative_length
+    if isinstance(entry, Mapping):
+        fields = (entry.get("prompt_token_ids"), entry.get("generation_token_ids"))
+        return sum(len(field) if isinstance(field, Sized) else 0 for field in fields)
+    return STORE_PREPARE_IN_THREAD_MIN_TOKENS  # a model object: prepared in a thread
 
 
 async def _parsed(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
@@ -122,7 +133,10 @@ class RedisTokenStore:
 
         A conflict also marks the rollout incomplete, in the same script.
         """
-        parsed, line, digest, indexed = await asyncio.to_thread(_prepared, entry)
+        if _token_count(entry) >= STORE_PREPARE_IN_THREAD_MIN_TOKENS:
+            parsed, line, digest, indexed = await asyncio.to_thread(_prepared, entry)
+        else:
+            parsed, line, digest, indexed = _prepared(entry)
         rollout_id, call_id = parsed.rollout_id, parsed.model_call_id
         compared = b""
         for _ in range(REDIS_PUT_ROUNDS):
