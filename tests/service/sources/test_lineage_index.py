@@ -33,6 +33,7 @@ from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.lineage_resolution import Resolution, resolve_lineage
 from token_finalizer.core.token_digest import token_digest
 from token_finalizer.sources.base import LineageQuery, SweepRules
+from token_finalizer.sources.file._capture import CaptureFiles
 from token_finalizer.sources.redis import RedisTokenStore
 
 Writers = tuple[Any, Any]  # (the resolving store, another writer of the same rollouts)
@@ -292,3 +293,14 @@ async def test_redis_resolve_script_sends_only_the_answers_delta_chain(
 def redis_url_fixture() -> str:
     """The URL of the test Redis."""
     return redis_url()
+
+
+def test_file_resolve_on_the_event_loop_gives_way_to_a_writer(tmp_path: Path) -> None:
+    """While a writer holds the rollout's lock, the quick path declines (the caller waits in a
+    worker thread) instead of blocking; once the lock is free it answers."""
+    store = FileTokenStore(tmp_path)
+    run_sync(store.put(_call("c1", [1], [2])))
+    with CaptureFiles(tmp_path, ROLLOUT_ID).locked(exclusive=True):
+        assert store._resolve_lineage(ROLLOUT_ID, QUERY, inline=True) is None
+    quick = store._resolve_lineage(ROLLOUT_ID, QUERY, inline=True)
+    assert quick is not None and quick.status == "resolved"

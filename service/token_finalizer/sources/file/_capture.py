@@ -79,12 +79,21 @@ class CaptureFiles:
         return any(exists(path) for path in self.stored_files())
 
     @contextlib.contextmanager
-    def locked(self, *, exclusive: bool) -> Iterator[None]:
-        """Hold the rollout's flock; retry if a sweep unlinked the lock file meanwhile."""
+    def locked(self, *, exclusive: bool, blocking: bool = True) -> Iterator[bool]:
+        """Hold the rollout's flock; retry if a sweep unlinked the lock file meanwhile.
+
+        With `blocking=False`, yields False at once (holding nothing) when the
+        lock is taken in a conflicting mode, instead of waiting; else True.
+        """
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         while True:
             fd = open_regular(self.lock, os.O_RDWR | os.O_CREAT, writing=True)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                try:
+                    fcntl.flock(fd, mode if blocking else mode | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield False
+                    return
                 held = os.fstat(fd)
                 try:
                     named = os.lstat(self.lock)
@@ -92,7 +101,7 @@ class CaptureFiles:
                 except FileNotFoundError:
                     same = False
                 if same:
-                    yield
+                    yield True
                     return
             finally:
                 os.close(fd)  # closing releases the flock

@@ -20,9 +20,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from token_finalizer._constants import PARSE_IN_THREAD_MIN_BYTES, STORE_ENCODE_IN_THREAD_MIN_TOKENS
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.errors import CaptureCorrupt, TokenEntryError
-from token_finalizer.core.indexed_resolution import resolve_indexed
+from token_finalizer.core.indexed_resolution import answer, choose
 from token_finalizer.core.lineage_chains import ChainCache, ScopedChains, remember_committed
 from token_finalizer.core.lineage_index import CallLink, RolloutLineage
 from token_finalizer.core.lineage_resolution import Resolution
@@ -30,6 +31,20 @@ from token_finalizer.sources._state import CaptureState, line_digest
 from token_finalizer.sources.base import LineageQuery
 
 __all__ = ["FileLineageIndexes"]
+
+
+def _long(link: CallLink, chains: ScopedChains) -> bool:
+    """Whether rebuilding and checking the call's cumulative ids belongs in a worker thread:
+    a long answer, or a delta chain that may have to be read from far back."""
+    expected = link.cum_len if link.cum_len is not None else link.own_length
+    if expected >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
+        return True
+    if chains.cached(link.call_id) is not None:
+        return False
+    return link.prompt_is_delta and (
+        not link.parent_call_id or chains.cached(link.parent_call_id) is None
+    )
+
 
 _Identity = tuple[int, int]  # (st_dev, st_ino) of the jsonl
 
@@ -150,22 +165,44 @@ class FileLineageIndexes:
             self.chains.forget(capture.lineage.scope)
 
     def resolve(
-        self, rollout_id: str, fd: int, name: str, state: CaptureState, query: LineageQuery
-    ) -> Resolution:
-        """Resolve over the rollout's acknowledged lines; the caller holds the shared lock."""
+        self,
+        rollout_id: str,
+        fd: int,
+        name: str,
+        state: CaptureState,
+        query: LineageQuery,
+        *,
+        inline: bool = False,
+    ) -> Resolution | None:
+        """Resolve a checked, non-root request over the rollout's acknowledged lines.
+
+        The caller holds the shared lock and has `fd` open on the jsonl. With
+        `inline` (on an event loop) nothing that may take long is done: None
+        when another thread is resolving this rollout, when many bytes are to
+        be read, or when the answer is long and not cached; the caller then
+        resolves in a worker thread.
+        """
         info = os.fstat(fd)
         capture = self._capture(rollout_id, (info.st_dev, info.st_ino), name)
-        with capture.lock, capture.open_for(fd):
-            if not capture.consistent(state):
-                capture.reset(self.chains)
-            capture.catch_up(state, rollout_id)
-            return resolve_indexed(
-                capture.lineage,
-                ScopedChains(self.chains, capture.lineage.scope),
-                query.fingerprint,
-                query.fingerprint_version,
-                query.context_digests,
-            )
+        if not capture.lock.acquire(blocking=not inline):
+            return None
+        try:
+            with capture.open_for(fd):
+                if not capture.consistent(state):
+                    capture.reset(self.chains)
+                if inline and state.indexed_size - capture.offset >= PARSE_IN_THREAD_MIN_BYTES:
+                    return None
+                capture.catch_up(state, rollout_id)
+                chains = ScopedChains(self.chains, capture.lineage.scope)
+                digests = query.context_digests
+                chosen = choose(capture.lineage, chains, query.fingerprint, digests)
+                if isinstance(chosen, Resolution):
+                    return chosen
+                if inline and _long(chosen, chains):
+                    return None
+                return answer(chosen, capture.lineage, chains)
+        finally:
+            capture.lock.release()
 
     def committed(
         self, rollout_id: str, identity: _Identity, line: bytes, offset: int, entry: TokenEntry

@@ -22,7 +22,7 @@ from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, StoreUn
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_chains import ChainCache
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE
-from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.core.lineage_resolution import Resolution, check_resolution_request
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
@@ -358,11 +358,17 @@ class FileTokenStore:
         check_store_id(rollout_id)
         return await asyncio.to_thread(self._committed_entries, rollout_id)
 
-    def _resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
+    def _resolve_lineage(
+        self, rollout_id: str, query: LineageQuery, *, inline: bool = False
+    ) -> Resolution | None:
+        """Resolve under the shared lock; with `inline`, None unless that is quick (the
+        lock free, little to read): the caller then resolves in a worker thread."""
         files = self._files(rollout_id)
         if not exists(files.state):
             return resolve_query(EMPTY_LINEAGE, None, query)  # nothing acknowledged yet
-        with files.locked(exclusive=False):
+        with files.locked(exclusive=False, blocking=not inline) as held:
+            if not held:
+                return None
             files.check_files()
             state = files.read_state()
             try:
@@ -375,7 +381,8 @@ class FileTokenStore:
             try:
                 # Only the acknowledged part (up to indexed_size): a line past it
                 # was never confirmed to its writer.
-                return self._indexes.resolve(rollout_id, fd, files.jsonl.name, state, query)
+                name = files.jsonl.name
+                return self._indexes.resolve(rollout_id, fd, name, state, query, inline=inline)
             finally:
                 os.close(fd)
 
@@ -384,11 +391,22 @@ class FileTokenStore:
 
         Reads the state under the shared lock, then only the lines acknowledged
         since this store's index of the rollout last looked, and the answer's.
+        Done on the event loop when the lock is free and little is to be read
+        (the usual next call of a rollout: a worker-thread hop would cost more
+        than the work), else in a worker thread.
         """
         check_store_id(rollout_id)
+        check_resolution_request(
+            query.fingerprint, query.fingerprint_version, query.context_digests
+        )
         if not query.fingerprint:
             return resolve_query(EMPTY_LINEAGE, None, query)  # a root: nothing to read
-        return await asyncio.to_thread(self._resolve_lineage, rollout_id, query)
+        quick = self._resolve_lineage(rollout_id, query, inline=True)
+        if quick is not None:
+            return quick
+        resolved = await asyncio.to_thread(self._resolve_lineage, rollout_id, query)
+        assert resolved is not None  # a blocking resolve always answers
+        return resolved
 
     # -- lifecycle -----------------------------------------------------------
 
