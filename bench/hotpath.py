@@ -39,8 +39,9 @@ Figures (milliseconds; ratios = side / baseline of the same layout):
 
 The goal (docs/architecture.md, scale-out): capture p99 and resolve p99 at 64
 rollouts each <= 2x the baseline, resolve alone <= 3 ms, ratios flat in the
-rollout's length; the last section says which goal each side meets. `--profile DIR` samples each store server with py-spy
-during the main runs and prints where its time goes. The client, the store
+rollout's length; the goal summary says which goal each side meets.
+`--profile DIR` samples each store server with py-spy during the main runs
+and prints where its time goes. The client, the store
 server, Redis and the baseline share the machine; the load average is printed
 with the results. `--quick`: 8 rollouts x 10 calls, growth 5 and 20 calls at 2
 rollouts, 2 burst rounds.

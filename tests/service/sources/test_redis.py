@@ -36,6 +36,7 @@ from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.settings import ConfigError, settings_from_mapping
+from token_finalizer.sources.base import SweepRules
 from token_finalizer.sources.redis import KEY_PARTS, RedisTokenStore
 
 pytestmark = pytest.mark.anyio
@@ -125,6 +126,20 @@ async def test_key_prefixes_keep_stores_apart(redis_url: str, redis_prefix: str)
     finally:
         await one.close()
         await two.close()
+
+
+async def test_delete_and_sweep_remove_the_lineage_index_too(
+    rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
+) -> None:
+    """An operator's delete, and a sweep of a retired capture, leave no index key behind."""
+    await rstore.put(make_entry("r1", "c1", [1], [2], **STAMPED))
+    await rstore.admin.delete("r1")
+    assert _keys(raw, redis_prefix) == []
+    await rstore.put(make_entry("r2", "c1", [1], [2], **STAMPED))
+    snapshot = await rstore.freeze("r2")
+    await rstore.drop("r2", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
+    await rstore.admin.sweep(SweepRules(retired_older_than=0.0))
+    assert _keys(raw, redis_prefix) == []
 
 
 async def test_refused_ids_write_no_key(
