@@ -189,6 +189,21 @@ STORE_ENCODE_IN_THREAD_MIN_TOKENS = 200_000
 # ... and answers spliced from stored lines of at least this many bytes are
 # assembled and compressed there too.
 STORE_ENCODE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# A redis put validates and serializes an entry of fewer tokens than this on the
+# event loop: a worker-thread hop costs more than the work for a delta prompt.
+STORE_PREPARE_IN_THREAD_MIN_TOKENS = 8192
+
+# The lineage index (docs/store-protocol.md#lineage-index). Cumulative token ids
+# of answered calls are cached per store, least recently used first out, up to
+# this many tokens in all (8 bytes each at most): the next call of a rollout
+# usually continues the last answer and appends only its own delta.
+LINEAGE_CACHE_MAX_TOKENS = 8_000_000
+# A file store keeps the index of this many rollouts in memory (the least
+# recently resolved is dropped, and rebuilt from its file if asked again).
+LINEAGE_INDEX_MAX_ROLLOUTS = 2048
+# A redis resolve names at most this many of the rollout's cached chains to its
+# script, which stops walking a delta chain at any of them.
+LINEAGE_REDIS_CACHED_STOPS = 32
 
 # glibc mmap threshold pinned by long-running commands (see _memory.py): blocks
 # at least this large are mmapped and go back to the OS as soon as they are freed.

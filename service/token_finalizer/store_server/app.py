@@ -37,6 +37,7 @@ from token_finalizer.store_server._requests import (
     path_call_id,
     required_call_id,
     resolve_request,
+    token_form,
 )
 from token_finalizer.store_server.control_route import install_control_route
 from token_finalizer.store_server.roles import (
@@ -211,9 +212,14 @@ def create_store_app(
     @app.post(PROTOCOL_PREFIX + "/lineage/resolve")
     async def resolve_lineage(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
+        compact = token_form(request.query_params)
         body = (await _read(request)).data
         return await resolve_answer(
-            store, rollout_id, resolve_request(body), request.headers.get("accept-encoding")
+            store,
+            rollout_id,
+            resolve_request(body),
+            request.headers.get("accept-encoding"),
+            compact=compact,
         )
 
     install_staging_routes(app, store, _read)

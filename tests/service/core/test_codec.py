@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import orjson
 import pytest
 import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.support.captures import agent_rollout, make_entry
 from token_finalizer.core.codec import (
     CodecError,
     PromptReuse,
+    has_long_digit_run,
     ids_from_text,
     loads_with_token_arrays,
     zstd_decompress,
@@ -154,3 +158,25 @@ def test_prompt_reuse_widens_to_uint64_and_keeps_earlier_views() -> None:
     assert first.tolist() == [1, 2] and first.dtype == np.int32
     assert second.dtype == third.dtype == np.uint64
     assert third.tolist() == [1, 2, 2**64 - 2, 7]
+
+
+# -- wide integers: which bodies need the exact (slow) parse ------------------------------------
+
+_INTEGER_RUN_19 = re.compile(rb"(?<![.\d])\d{19}")
+
+
+def test_a_long_fraction_is_not_a_wide_integer() -> None:
+    """Digits after a decimal point (a float near zero) do not send a body to the slow parse."""
+    assert not has_long_digit_run(b'{"generation_log_probs": [-0.000123456789012345678]}')
+
+
+def test_a_nineteen_digit_integer_is_wide() -> None:
+    """An integer of 19 digits may not fit orjson's integers: the exact parse is needed."""
+    assert has_long_digit_run(b'{"reward": 1234567890123456789, "p": 0.5}')
+
+
+@given(st.text(alphabet="0123456789.,-e ", max_size=80))
+def test_wide_integer_detection_agrees_with_a_regex(text: str) -> None:
+    """A body needs the exact parse iff it holds 19 digits in a row not after a '.'."""
+    data = text.encode()
+    assert has_long_digit_run(data) == bool(_INTEGER_RUN_19.search(data))

@@ -36,11 +36,19 @@ from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.settings import ConfigError, settings_from_mapping
+from token_finalizer.sources.base import SweepRules
 from token_finalizer.sources.redis import ENTRY_KEY_PARTS, RedisTokenStore
 
 pytestmark = pytest.mark.anyio
 
 PASSWORD = "hunter2-s3cret"
+# Lineage stamps that make a call a candidate of the lineage index.
+STAMPED = {
+    "continuation_fingerprint": "a" * 64,
+    "continuation_context_len": 1,
+    "continuation_context_digest": "b" * 64,
+    "fingerprint_version": 2,
+}
 
 
 @pytest.fixture
@@ -74,9 +82,10 @@ def _dead_url(password: str | None = None) -> str:
 async def test_every_key_of_a_rollout_carries_its_hash_tag(
     rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
 ) -> None:
-    """All six token-capture keys of a rollout are `<prefix>{ng:<id>}:<part>` (one cluster slot)."""
+    """All eight token-capture keys of a rollout are `<prefix>{ng:<id>}:<part>` (one slot)."""
     await rstore.begin_call("r.1", "c2")
-    await rstore.put(make_entry("r.1", "c1", [1], [2]))
+    # Stamped for lineage, so the index keys exist too.
+    await rstore.put(make_entry("r.1", "c1", [1], [2], **STAMPED))
     await rstore.mark_incomplete("r.1", "c3")
     keys = _keys(raw, redis_prefix)
     assert keys == sorted(f"{redis_prefix}{{ng:r.1}}:{part}" for part in ENTRY_KEY_PARTS)
@@ -119,6 +128,20 @@ async def test_key_prefixes_keep_stores_apart(redis_url: str, redis_prefix: str)
         await two.close()
 
 
+async def test_delete_and_sweep_remove_the_lineage_index_too(
+    rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
+) -> None:
+    """An operator's delete, and a sweep of a retired capture, leave no index key behind."""
+    await rstore.put(make_entry("r1", "c1", [1], [2], **STAMPED))
+    await rstore.admin.delete("r1")
+    assert _keys(raw, redis_prefix) == []
+    await rstore.put(make_entry("r2", "c1", [1], [2], **STAMPED))
+    snapshot = await rstore.freeze("r2")
+    await rstore.drop("r2", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
+    await rstore.admin.sweep(SweepRules(retired_older_than=0.0))
+    assert _keys(raw, redis_prefix) == []
+
+
 async def test_refused_ids_write_no_key(
     rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
 ) -> None:
@@ -151,9 +174,9 @@ async def test_call_ids_are_hash_fields_never_key_names(
 async def test_drop_keeps_only_the_state_as_an_expiring_tombstone(
     redis_url: str, redis_prefix: str, raw: redis.Redis
 ) -> None:
-    """A drop deletes the data keys; the state stays, expiring after retired_ttl_s."""
+    """A drop deletes the data and index keys; the state stays, expiring after retired_ttl_s."""
     store = RedisTokenStore(redis_url, key_prefix=redis_prefix, retired_ttl_s=100)
-    await store.put(make_entry("r1", "c1", [1], [2]))
+    await store.put(make_entry("r1", "c1", [1], [2], **STAMPED))
     await store.begin_call("r1", "c1")
     await store.mark_incomplete("r1", "c9")
     snapshot = await store.freeze("r1")
@@ -189,12 +212,12 @@ async def test_abandoned_ttl_covers_every_key_of_an_open_capture(
 ) -> None:
     """With abandoned_ttl_s each write gives every key of the capture the same expiry."""
     store = RedisTokenStore(redis_url, key_prefix=redis_prefix, abandoned_ttl_s=60)
-    await store.put(make_entry("r1", "c1", [1], [2]))
+    await store.put(make_entry("r1", "c1", [1], [2], **STAMPED))
     await store.begin_call("r1", "c2")
     await store.mark_incomplete("r1", "c3")
     await store.close()
     ttls = [raw.pttl(key) for key in _keys(raw, redis_prefix)]
-    assert len(ttls) == 6 and all(55_000 < ttl <= 60_000 for ttl in ttls)
+    assert len(ttls) == len(ENTRY_KEY_PARTS) and all(55_000 < ttl <= 60_000 for ttl in ttls)
     assert max(ttls) - min(ttls) < 1000
 
 

@@ -11,6 +11,11 @@ tag `{ng:R}`, so Redis Cluster keeps one rollout on one slot:
     P{ng:R}:order        LIST   model_call_ids in put order (snapshots keep it)
     P{ng:R}:intents      SET    announced model_call_ids (begin_call)
     P{ng:R}:incomplete   SET    model_call_ids that failed to capture
+    P{ng:R}:links        HASH   model_call_id -> its lineage link (parent, delta, lengths, digest)
+    P{ng:R}:lineage      HASH   continuation fingerprint -> its candidate calls and contexts
+
+The last two are the rollout's lineage index (docs/store-protocol.md#lineage-index),
+written by the same script as the entry.
 
 External staging (sources/redis/staging.py, docs/staging.md#storage):
 
@@ -55,8 +60,18 @@ from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
 
 __all__ = ["ENTRY_KEY_PARTS", "KEY_PARTS", "STAGING_KEY_PARTS", "RedisConnection", "text"]
 
-# The order of KEYS in every script: token capture's keys, then external staging's.
-ENTRY_KEY_PARTS: Final = ("state", "entries", "digests", "order", "intents", "incomplete")
+# The order of KEYS in every script: token capture's keys (with the lineage index's
+# `links` and `lineage`, docs/store-protocol.md#lineage-index), then external staging's.
+ENTRY_KEY_PARTS: Final = (
+    "state",
+    "entries",
+    "digests",
+    "order",
+    "intents",
+    "incomplete",
+    "links",
+    "lineage",
+)
 STAGING_KEY_PARTS: Final = (
     "ledger",
     "ledger_ids",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,6 +32,7 @@ from token_finalizer._constants import (
     DEFAULT_RETIRED_TTL_S,
     PARSE_IN_THREAD_MIN_BYTES,
     REDIS_PUT_ROUNDS,
+    STORE_PREPARE_IN_THREAD_MIN_TOKENS,
 )
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceUnavailable
@@ -44,6 +45,7 @@ from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, line_digest
 from token_finalizer.sources.base import FrozenLines, LineageQuery
 from token_finalizer.sources.redis._client import RedisConnection, text
+from token_finalizer.sources.redis._lineage import RedisLineage, index_arguments
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
 from token_finalizer.sources.redis.staging import RedisStaging
 
@@ -58,9 +60,20 @@ def _milliseconds(seconds: float | None, what: str) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _prepared(entry: object) -> tuple[TokenEntry, bytes, str]:
+def _prepared(entry: object) -> tuple[TokenEntry, bytes, str, tuple[str, str, str, str]]:
+    """The parsed entry, its line, the line's digest and the lineage index's arguments."""
     parsed, line = entry_payload(entry)
-    return parsed, line, line_digest(line)
+    return parsed, line, line_digest(line), index_arguments(parsed)
+
+
+def _token_count(entry: object) -> int:
+    """How many token ids an entry holds, as far as can be told without parsing it."""
+    if isinstance(entry, TokenEntry):
+        return entry.cumulative_length
+    if isinstance(entry, Mapping):
+        fields = (entry.get("prompt_token_ids"), entry.get("generation_token_ids"))
+        return sum(len(field) if isinstance(field, Sized) else 0 for field in fields)
+    return STORE_PREPARE_IN_THREAD_MIN_TOKENS  # a model object: prepared in a thread
 
 
 async def _parsed(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
@@ -105,7 +118,8 @@ class RedisTokenStore(StagingDelegate):
             url, key_prefix=key_prefix or "", timeout_s=timeout_s, cluster=cluster, client=client
         )
         self._staging = RedisStaging(self._redis, abandoned_ms=self._abandoned_ms)
-        self._admin = RedisStoreAdmin(self._redis, self._staging)
+        self._lineage = RedisLineage(self._redis)
+        self._admin = RedisStoreAdmin(self._redis, self._staging, on_removed=self._lineage.forget)
 
     def __repr__(self) -> str:  # never shows a password
         return f"RedisTokenStore({self._redis.where!r}, key_prefix={self.key_prefix!r})"
@@ -140,15 +154,24 @@ class RedisTokenStore(StagingDelegate):
 
         A conflict also marks the rollout incomplete, in the same script.
         """
-        parsed, line, digest = await asyncio.to_thread(_prepared, entry)
+        if _token_count(entry) >= STORE_PREPARE_IN_THREAD_MIN_TOKENS:
+            parsed, line, digest, indexed = await asyncio.to_thread(_prepared, entry)
+        else:
+            parsed, line, digest, indexed = _prepared(entry)
         rollout_id, call_id = parsed.rollout_id, parsed.model_call_id
         compared = b""
         for _ in range(REDIS_PUT_ROUNDS):
             reply = await self._redis.run(
-                "put", rollout_id, (call_id, digest, line, compared, self._abandoned_ms), "put"
+                "put",
+                rollout_id,
+                (call_id, digest, line, compared, self._abandoned_ms, *indexed),
+                "put",
             )
             status = reply[0]
-            if status in (b"new", b"same"):
+            if status == b"new":
+                self._lineage.committed(parsed, text(reply[2]))
+                return
+            if status == b"same":
                 return
             if status == b"mismatch":
                 stored_digest, stored_line = reply[1], reply[2]
@@ -248,6 +271,8 @@ class RedisTokenStore(StagingDelegate):
         reply = await self._redis.run(
             "drop", rollout_id, (str(snapshot_id), str(version), self._retired_ms), "drop"
         )
+        if reply:
+            self._lineage.forget(rollout_id)
         return bool(reply)
 
     # -- lineage -------------------------------------------------------------------------------
@@ -266,9 +291,15 @@ class RedisTokenStore(StagingDelegate):
         return await _parsed(reply[1], rollout_id)
 
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
-        """Which stored call of the rollout a request continues (read-only)."""
+        """Which stored call of the rollout a request continues (read-only), from its
+        lineage index: one script, which sends the answer's lines at most."""
         check_store_id(rollout_id)
-        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
+        return await self._lineage.resolve(
+            rollout_id,
+            query,
+            # A capture written before the index existed is read whole, as then.
+            lambda: resolve_committed(lambda: self.committed_entries(rollout_id), query),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
