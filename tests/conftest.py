@@ -1,7 +1,8 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package, and the Redis of the test session."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +11,34 @@ import pytest
 import stamina
 
 from tests.support.captures import make_entry  # noqa: F401 - re-exported for tests
+from tests.support.redis import REDIS_URL_ENV_VAR, session_redis
 from token_finalizer import FileTokenStore, MemoryTokenStore
+
+_session_redis = contextlib.ExitStack()
+_redis_in_use: list[str | None] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Use the Redis at $TOKEN_FINALIZER_TEST_REDIS_URL (or the local one), else start one.
+
+    A private redis-server (free port, no persistence) is stopped when the
+    session ends; tests/support/redis.py says how it is chosen.
+    """
+    _redis_in_use.append(_session_redis.enter_context(session_redis()))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the private redis-server, if this session started one."""
+    _session_redis.close()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which Redis the tests use (or that none answers)."""
+    url = _redis_in_use[-1] if _redis_in_use else None
+    if url is None:
+        return f"redis: none answers and redis-server is not on PATH (set {REDIS_URL_ENV_VAR})"
+    return f"redis: {url}"
 
 
 @pytest.fixture(autouse=True, scope="session")
