@@ -90,6 +90,12 @@ RETRY_AFTER_S = 2
 GUARD_MAX_RUNS = 10_000
 # /ready gives each source this long to answer its ping before calling it down.
 READY_PING_TIMEOUT_S = 2.0
+# The store server's /health gives its backend (Redis PING, the directory check)
+# this long: less than READY_PING_TIMEOUT_S, so a finalizer's /ready reads the
+# store's own verdict (and its error) rather than a timeout.
+STORE_HEALTH_TIMEOUT_S = 1.5
+# The port a redis:// URL without one means.
+DEFAULT_REDIS_PORT = 6379
 # Bodies of at least this size are parsed, and their answers encoded, in a
 # worker thread so one large rollout does not stall every other request.
 PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024

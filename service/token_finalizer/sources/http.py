@@ -59,6 +59,8 @@ from token_finalizer_client.transport import (
 __all__ = ["HttpTokenSource"]
 
 _T = TypeVar("_T")
+# How much of an unhealthy store's reason /ready repeats.
+_HEALTH_REASON_CHARS = 500
 
 
 def _exactly(value: object, kind: type[_T]) -> _T | None:
@@ -313,9 +315,12 @@ class HttpTokenSource:
                 f"capture store {self.url} is unreachable: {describe_exception(exc)}"
             ) from None
         if response.status_code != 200:
+            # The store's own reason (its Redis down, its directory gone), cut short.
+            answer = _Answer(response.status_code, response.headers, response.content, zstd=False)
+            reason = redact(answer.error_text())[:_HEALTH_REASON_CHARS]
             raise SourceUnavailable(
                 f"capture store {self.url} is not healthy: /health answered "
-                f"HTTP {response.status_code}"
+                f"HTTP {response.status_code}: {reason}"
             )
 
     async def close(self) -> None:

@@ -25,6 +25,7 @@ from token_finalizer.core.errors import (
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.sources.base import CaptureStore
 from token_finalizer.store_server._answers import freeze_answer, resolve_answer
+from token_finalizer.store_server._health import store_health
 from token_finalizer.store_server._requests import (
     call_entry,
     drop_target,
@@ -111,7 +112,9 @@ def create_store_app(
 
     @app.get("/health")
     async def health() -> Response:
-        return json_response({"status": "ok"})
+        # The backend is pinged too: a store whose Redis is down is not healthy.
+        verdict = await store_health(store)
+        return json_response(verdict.body, status_code=verdict.status_code)
 
     @app.post(PROTOCOL_PREFIX + "/freeze")
     async def freeze(rollout_id: str, request: Request) -> Response:

@@ -22,9 +22,11 @@ import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
+    DEFAULT_REDIS_PORT,
     DEFAULT_RETIRED_TTL_S,
     PARSE_IN_THREAD_MIN_BYTES,
     REDIS_PUT_ROUNDS,
@@ -102,6 +104,15 @@ class RedisTokenStore:
     def key_prefix(self) -> str:
         """The prefix of every key of this store."""
         return self._redis.key_prefix
+
+    @property
+    def node(self) -> str:
+        """`host:port` of the server the URL names (a cluster's seed node), for health reports."""
+        parts = urlsplit(self._redis.where)
+        if parts.hostname is None:  # a client handed in: its class name
+            return self._redis.where
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        return f"{host}:{parts.port or DEFAULT_REDIS_PORT}"
 
     @property
     def admin(self) -> RedisStoreAdmin:
