@@ -23,7 +23,7 @@ from tests.service.store_server import test_resolve
 from tests.support.captures import make_entry
 from tests.support.redis_cluster import RedisCluster, redis_server_available
 from tests.support.stores import swept_captures
-from token_finalizer.core.build import Build
+from token_finalizer.core.build import Build, MaskReason
 from token_finalizer.core.errors import StoreNodeUnreachable
 from token_finalizer.service.errors import MaskFractionExceeded
 from token_finalizer.service.metrics import ServiceMetrics
@@ -37,7 +37,7 @@ pytestmark = [
     pytest.mark.anyio,
 ]
 
-MASKED = Build.unusable("no capture", mask_reason="empty_capture")
+MASKED = Build.unusable("no capture", mask_reason=MaskReason.EMPTY_CAPTURE)
 
 
 def _adopt(module: ModuleType, *, skip: frozenset[str] = frozenset()) -> None:

@@ -40,9 +40,11 @@ from token_finalizer.sources.redis._retrying import NotAcknowledged
 
 __all__ = ["LuaScript", "evalsha", "evalsha_then_wait"]
 
-# The share of the time left before the deadline that WAIT may take, so that
-# its answer (too few replicas) arrives before the deadline cuts the call.
-_WAIT_SHARE = 0.9
+# WAIT may take the time left before the deadline less this margin (a share of
+# it, at least the minimum), so that its answer (too few replicas) arrives
+# before the deadline cuts the call, even on a busy machine.
+_WAIT_MARGIN_SHARE = 0.2
+_WAIT_MARGIN_MIN_S = 0.15
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,8 @@ async def evalsha_then_wait(
     """
     loop = asyncio.get_running_loop()
     for _ in range(2):  # a second round only after loading the script
-        timeout_ms = max(1, int((deadline - loop.time()) * 1000 * _WAIT_SHARE))
+        left = deadline - loop.time()
+        timeout_ms = max(1, int((left - max(left * _WAIT_MARGIN_SHARE, _WAIT_MARGIN_MIN_S)) * 1000))
         try:
             results = await _pipelined(
                 client, script, keys, args, cluster, replicas, timeout_ms, sync_key
