@@ -193,7 +193,7 @@ class RetryingRedis:
             failures += 1
             if self._owns_client and _confusing(last):
                 self._replace(client)
-            pause = min(REDIS_RETRY_CAP_S, REDIS_RETRY_BASE_S * 2**failures)
+            pause = min(REDIS_RETRY_CAP_S, REDIS_RETRY_BASE_S * 2 ** (failures - 1))
             pause *= random.uniform(0.5, 1.0)
             if loop.time() + pause >= deadline:
                 raise self._unreachable(what, last, waited=True) from None
