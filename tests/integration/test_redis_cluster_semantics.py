@@ -11,6 +11,8 @@ them, the shared guard counting on the cluster, and health naming a node.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
@@ -23,6 +25,7 @@ from tests.service.store_server import test_resolve
 from tests.support.captures import make_entry
 from tests.support.redis_cluster import RedisCluster, redis_server_available
 from tests.support.stores import swept_captures
+from token_finalizer.cli import main
 from token_finalizer.core.build import Build, MaskReason
 from token_finalizer.core.errors import StoreNodeUnreachable
 from token_finalizer.service.errors import MaskFractionExceeded
@@ -190,3 +193,33 @@ async def test_a_plain_store_on_one_node_is_unreachable_not_wrong(cluster: Redis
             await plain.freeze(elsewhere)
     finally:
         await plain.close()
+
+
+# -- the store command line on the cluster ---------------------------------------------------
+
+
+async def test_store_commands_reach_every_primary_from_one_seed(
+    cluster: RedisCluster, store: RedisTokenStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`store inspect`, `delete` and `sweep --redis-cluster` from one seed cover every primary."""
+    ids = [f"cli-{number}" for number in range(12)]
+    for rollout_id in ids:
+        await store.put(make_entry(rollout_id, "c1", [1], [2]))
+        snapshot = await store.freeze(rollout_id)
+        await store.drop(rollout_id, snapshot_id=snapshot.snapshot_id, version=snapshot.version)
+    await store.put(make_entry("cli-open", "c1", [1], [2]))
+    owners = {cluster.node_for_key(store.keys(rollout_id)[0]).node_id for rollout_id in ids}
+    backend = ["--redis", cluster.seed_urls[0], "--redis-cluster", "--key-prefix", store.key_prefix]
+
+    inspected = await asyncio.to_thread(main, ["store", "inspect", "cli-open", *backend])
+    report = json.loads(capsys.readouterr().out)
+    deleted = await asyncio.to_thread(main, ["store", "delete", "cli-open", "--yes", *backend])
+    swept = await asyncio.to_thread(
+        main, ["store", "sweep", "--retired-older-than", "0s", *backend]
+    )
+    out = capsys.readouterr().out
+    assert len(owners) == 3
+    assert (inspected, report["state"], report["entries"]) == (0, "open", 1)
+    assert (deleted, swept) == (0, 0)
+    assert f"removed {len(ids)} capture(s): {len(ids)} retired" in out
+    assert await store.admin.rollout_ids() == []
