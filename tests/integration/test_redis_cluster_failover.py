@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import stamina
 
-from tests.support.cluster_workload import Ledger, Workload, lost, serving
+from tests.support.cluster_workload import Ledger, Workload, failover_during, lost, serving
 from tests.support.redis_cluster import RedisCluster, redis_server_available
 from token_finalizer_client.transport import RetryPolicy
 
@@ -47,21 +47,6 @@ def cluster() -> Iterator[RedisCluster]:
         yield running
 
 
-async def _failover_during_traffic(cluster: RedisCluster, workload: Workload) -> Ledger:
-    stop = asyncio.Event()
-    traffic = asyncio.create_task(workload.run(stop))
-    try:
-        await asyncio.sleep(WARM_UP_S)
-        victim = cluster.primaries_now()[0]
-        cluster.kill_primary(victim)
-        await asyncio.to_thread(cluster.wait_failover, victim)
-        await asyncio.to_thread(cluster.restart, victim)  # back as a replica, in sync
-        await asyncio.sleep(AFTER_S)
-    finally:
-        stop.set()
-    return await traffic
-
-
 @pytest.fixture(scope="module")
 def ledger(cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
     """The workload's ledger through one failover, and what the cluster lost of it."""
@@ -82,7 +67,7 @@ def ledger(cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory) -> I
             workload = Workload(
                 topology, workers=WORKERS, retry_policy=RetryPolicy(max_retries=RETRIES)
             )
-            result = await _failover_during_traffic(cluster, workload)
+            result = await failover_during(cluster, workload, warm_up_s=WARM_UP_S, after_s=AFTER_S)
             store = topology.open_store()
             try:
                 result.problems.extend(await lost(result, store))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.captures import make_entry
-from tests.support.cluster_workload import Ledger, Workload, lost, serving
+from tests.support.cluster_workload import Ledger, Workload, lost, reshard_during, serving
 from tests.support.redis_cluster import RedisCluster, redis_server_available
 from token_finalizer.sources.redis import RedisTokenStore
 
@@ -53,21 +53,6 @@ async def _populate(store: RedisTokenStore, count: int) -> None:
     await asyncio.gather(*(one(number) for number in range(count)))
 
 
-async def _reshard_during_traffic(cluster: RedisCluster, workload: Workload) -> Ledger:
-    stop = asyncio.Event()
-    traffic = asyncio.create_task(workload.run(stop))
-    try:
-        await asyncio.sleep(WARM_UP_S)
-        first, second, third = cluster.primaries_now()
-        await asyncio.to_thread(cluster.reshard, SLOTS_PER_MOVE, first, second)
-        second = next(node for node in cluster.primaries_now() if node.node_id == second.node_id)
-        await asyncio.to_thread(cluster.reshard, SLOTS_PER_MOVE, second, third)
-        await asyncio.sleep(AFTER_S)
-    finally:
-        stop.set()
-    return await traffic
-
-
 @pytest.fixture(scope="module")
 def ledger(cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ledger]:
     """The workload's ledger, from traffic that ran through two reshards; and what was lost."""
@@ -80,7 +65,9 @@ def ledger(cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory) -> I
             try:
                 await _populate(store, POPULATION)
                 workload = Workload(topology, workers=WORKERS)
-                result = await _reshard_during_traffic(cluster, workload)
+                result = await reshard_during(
+                    cluster, workload, slots=SLOTS_PER_MOVE, warm_up_s=WARM_UP_S, after_s=AFTER_S
+                )
                 result.problems.extend(await lost(result, store))
                 return result
             finally:

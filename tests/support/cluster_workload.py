@@ -10,6 +10,7 @@ and by `bench/cluster.py`:
   server (3 calls, each a put), finalizes them (alternating the two sources)
   and retires every other one, until told to stop. Every answer is counted
   by status; everything acknowledged goes into the `Ledger`;
+- `reshard_during(...)`, `failover_during(...)`: the workload around one fault;
 - `lost(ledger, store)` reads the cluster afterwards: every acknowledged
   put, freeze and retire must be there.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,7 +37,15 @@ from tests.support.servers import free_port, running_process
 from token_finalizer.sources.redis import RedisTokenStore
 from token_finalizer_client.transport import RetryPolicy
 
-__all__ = ["Ledger", "Topology", "Workload", "lost", "serving"]
+__all__ = [
+    "Ledger",
+    "Topology",
+    "Workload",
+    "failover_during",
+    "lost",
+    "reshard_during",
+    "serving",
+]
 
 RETIRE_KEY = "cluster-workload-retire-key-0123456789abcdef"
 CALLS = 3
@@ -141,6 +151,8 @@ class Workload:
         self.workers = workers
         self.retry_policy = retry_policy
         self.ledger = Ledger()
+        # Rollout ids of this run alone: several runs may share one topology.
+        self.label = uuid.uuid4().hex[:6]
 
     async def _call(
         self, operation: str, send: Callable[[], Awaitable[httpx.Response]]
@@ -198,7 +210,7 @@ class Workload:
         async with httpx.AsyncClient(timeout=120) as http:
             rollout = 0
             while not stop.is_set():
-                rollout_id = f"w{number}-{rollout}"
+                rollout_id = f"{self.label}-w{number}-{rollout}"
                 source = SOURCES[rollout % 2]
                 await self._rollout(http, rollout_id, source, retire=rollout // 2 % 2 == 0)
                 rollout += 1
@@ -230,3 +242,46 @@ async def lost(ledger: Ledger, store: RedisTokenStore) -> list[str]:
         ):
             missing.append(f"{rollout_id}: acknowledged freeze, found {state}")
     return missing
+
+
+async def reshard_during(
+    cluster: RedisCluster,
+    workload: Workload,
+    *,
+    slots: int,
+    warm_up_s: float = 0.5,
+    after_s: float = 0.5,
+) -> Ledger:
+    """The workload while `slots` slots move from the first primary to the second, then
+    as many from the second to the third (with their keys)."""
+    stop = asyncio.Event()
+    traffic = asyncio.create_task(workload.run(stop))
+    try:
+        await asyncio.sleep(warm_up_s)
+        first, second, third = cluster.primaries_now()
+        await asyncio.to_thread(cluster.reshard, slots, first, second)
+        second = next(node for node in cluster.primaries_now() if node.node_id == second.node_id)
+        await asyncio.to_thread(cluster.reshard, slots, second, third)
+        await asyncio.sleep(after_s)
+    finally:
+        stop.set()
+    return await traffic
+
+
+async def failover_during(
+    cluster: RedisCluster, workload: Workload, *, warm_up_s: float = 1.0, after_s: float = 2.0
+) -> Ledger:
+    """The workload while a primary is SIGKILLed, its replica takes over, and the old
+    primary is started again (it rejoins as a replica)."""
+    stop = asyncio.Event()
+    traffic = asyncio.create_task(workload.run(stop))
+    try:
+        await asyncio.sleep(warm_up_s)
+        victim = cluster.primaries_now()[0]
+        cluster.kill_primary(victim)
+        await asyncio.to_thread(cluster.wait_failover, victim)
+        await asyncio.to_thread(cluster.restart, victim)
+        await asyncio.sleep(after_s)
+    finally:
+        stop.set()
+    return await traffic
