@@ -22,8 +22,10 @@ from pathlib import Path
 import pytest
 import stamina
 
+from tests.support.captures import make_entry
 from tests.support.cluster_workload import Ledger, Workload, failover_during, lost, serving
 from tests.support.redis_cluster import RedisCluster, redis_server_available
+from token_finalizer.sources.redis import RedisTokenStore
 from token_finalizer_client.transport import RetryPolicy
 
 pytestmark = pytest.mark.skipif(
@@ -89,3 +91,34 @@ def test_callers_were_told_to_come_back_and_did(ledger: Ledger) -> None:
     assert set(server_errors) == {503}, dict(ledger.statuses)
     assert "(none)" not in ledger.retry_after, dict(ledger.retry_after)
     assert len(ledger.frozen) >= 20 and len(ledger.retired) >= 8, dict(ledger.statuses)
+
+
+def test_a_store_outlives_the_death_of_its_only_seed(cluster: RedisCluster) -> None:
+    """Connected through one seed, a primary: it dies, and a write to its slots still succeeds
+    (within the deadline, once its replica has taken over), as does a ping of every primary."""
+    seed = cluster.primaries_now()[0]
+    store = RedisTokenStore(
+        seed.url, cluster=True, key_prefix=f"tf-seed:{uuid.uuid4().hex[:8]}:", timeout_s=15
+    )
+    rollout_id = next(
+        f"seeded-{number}"
+        for number in range(100_000)
+        if cluster.node_for_key(store.keys(f"seeded-{number}")[0]).node_id == seed.node_id
+    )
+
+    async def scenario() -> int:
+        try:
+            await store.put(make_entry(rollout_id, "c1", [1], [2]))
+            cluster.kill_primary(seed)
+            await store.put(make_entry(rollout_id, "c2", [1, 2, 3], [4]))
+            await asyncio.to_thread(cluster.wait_failover, seed)
+            await store.ping()
+            return (await store.freeze(rollout_id)).version
+        finally:
+            await store.close()
+
+    try:
+        version = asyncio.run(scenario())
+    finally:
+        cluster.restart(seed)
+    assert version == 3
