@@ -142,6 +142,9 @@ REDIS_CONNECT_TIMEOUT_CAP_S = 5.0
 # A client replaced after it failed in a way that says its own state is broken
 # is closed this much later, once the calls still running on it are over.
 REDIS_REPLACED_CLIENT_CLOSE_S = 10.0
+# ... and replaced at most this often, so that an outage (when every client
+# fails) does not pile up clients waiting to be closed.
+REDIS_REPLACE_MIN_INTERVAL_S = 1.0
 # Health pings (/ready, the store server's /health): each node gets this long,
 # the whole probe (every primary of a cluster, a topology refresh, a second
 # round) at most the second; both under STORE_HEALTH_TIMEOUT_S.

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -49,6 +50,7 @@ from redis.exceptions import (
 )
 
 from token_finalizer._constants import (
+    REDIS_REPLACE_MIN_INTERVAL_S,
     REDIS_REPLACED_CLIENT_CLOSE_S,
     REDIS_RETRY_BASE_S,
     REDIS_RETRY_CAP_S,
@@ -150,6 +152,7 @@ class RetryingRedis:
             else client
         )
         self.replaced = 0
+        self._replaced_at = -REDIS_REPLACE_MIN_INTERVAL_S
         self._replaced_clients: set[Any] = set()
         self._timers: set[asyncio.Task[None]] = set()
 
@@ -229,9 +232,12 @@ class RetryingRedis:
         return StoreUnreachable(message) if node is None else StoreNodeUnreachable(message, node)
 
     def _replace(self, failed: Any) -> None:
-        """Put a fresh client in place of `failed` (once, however many calls saw it fail)."""
-        if self.client is not failed:
+        """Put a fresh client in place of `failed` (once, however many calls saw it fail;
+        at most once per REDIS_REPLACE_MIN_INTERVAL_S while nothing answers)."""
+        now = time.monotonic()
+        if self.client is not failed or now - self._replaced_at < REDIS_REPLACE_MIN_INTERVAL_S:
             return
+        self._replaced_at = now
         known: list[tuple[str, int]] = []
         if self.cluster:
             with contextlib.suppress(Exception):
