@@ -101,8 +101,8 @@ def _refused_login(exc: BaseException) -> bool:
 def _refused_request(exc: BaseException) -> bool:
     """True for a request Redis refuses as such (a script error, WRONGTYPE): it fails again.
 
-    MOVED, ASK, TRYAGAIN, CLUSTERDOWN, READONLY, MASTERDOWN, NOSCRIPT and
-    LOADING and OOM have classes of their own and pass; so do BUSY and NOREPLICAS.
+    MOVED, ASK, TRYAGAIN, CLUSTERDOWN, READONLY, MASTERDOWN, NOSCRIPT, LOADING
+    and OOM have classes of their own and pass; so do BUSY and NOREPLICAS.
     """
     if isinstance(exc, DataError):
         return True
@@ -170,16 +170,15 @@ class RetryingRedis:
         step: Callable[[Any], Awaitable[T]],
         *,
         idempotent: bool = True,
-        deadline_s: float | None = None,
     ) -> T:
-        """`step(client)` until it succeeds or the deadline (`timeout_s`, or `deadline_s`) passes.
+        """`step(client)` until it succeeds or the deadline (`timeout_s` from now) passes.
 
         Raises StoreUnreachable (StoreNodeUnreachable when the failed node is
         known) after the deadline, for refused credentials and for too few
         replica acknowledgements; SourceUnavailable for a request Redis refuses.
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + (self.timeout_s if deadline_s is None else deadline_s)
+        deadline = loop.time() + self.timeout_s
         failures = 0
         while True:
             client = self.client
