@@ -148,7 +148,7 @@ REDIS_REPLACE_MIN_INTERVAL_S = 1.0
 # Health pings (/ready, the store server's /health): each node gets this long,
 # the whole probe (every primary of a cluster, a topology refresh, a second
 # round) at most the second; both under STORE_HEALTH_TIMEOUT_S.
-REDIS_PING_NODE_TIMEOUT_S = 0.3
+REDIS_PING_NODE_TIMEOUT_S = 0.5
 REDIS_PING_TIMEOUT_S = 1.2
 # With min_replicas_acked, WAIT follows every state change on its connection,
 # after a write of this short-lived marker key under the rollout's hash tag:

@@ -7,8 +7,9 @@ Redis is the guard's. While one primary is down:
 
 - the store's /health is 503 naming that node;
 - the first finalizer's /ready is 503 naming the source and the node, and
-  reports the guard's Redis; the second stays ready (the guard fails open)
-  but reports its guard's Redis as unreachable;
+  reports the guard's Redis; a second one (in this process) whose only
+  Redis is its guard's stays ready (the guard fails open) but reports that
+  Redis as unreachable;
 - a put through the store server is 503 + Retry-After: 1, a finalize through
   the direct source 503 + Retry-After: never a 500, never a masked record.
 
@@ -26,10 +27,14 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
+from tests.support.asgi import in_process
 from tests.support.captures import make_entry, record_for
 from tests.support.redis_cluster import Node, RedisCluster, redis_server_available
 from tests.support.servers import free_port, running_process
+from token_finalizer.api import create_app
+from token_finalizer.settings import Settings, settings_from_mapping
 from token_finalizer.sources.redis import RedisTokenStore
 
 pytestmark = pytest.mark.skipif(
@@ -87,10 +92,7 @@ sources:
 """
         + _guard(seeds, prefix),
     )
-    guard_only = _finalizer_config(
-        directory, "guard_only", "sources:\n  local: {kind: memory}\n" + _guard(seeds, prefix)
-    )
-    ports = {name: free_port() for name in ("store", "direct", "guard_only")}
+    ports = {name: free_port() for name in ("store", "direct")}
     store_args = ["store", "serve", "--redis-cluster", "--key-prefix", prefix]
     store_args += ["--redis", seeds[0], "--redis", seeds[1], "--redis-timeout", str(TIMEOUT_S)]
     with (
@@ -99,12 +101,13 @@ sources:
             ["serve", "--config", str(direct), "--port", str(ports["direct"])],
             port=ports["direct"],
         ),
-        running_process(
-            ["serve", "--config", str(guard_only), "--port", str(ports["guard_only"])],
-            port=ports["guard_only"],
-        ),
     ):
         yield {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+
+
+def _guard_only_settings(seeds: list[str], prefix: str) -> Settings:
+    config = yaml.safe_load("sources:\n  local: {kind: memory}\n" + _guard(seeds, prefix))
+    return settings_from_mapping(config, env={})
 
 
 def _rollout_on(cluster: RedisCluster, node: Node, prefix: str) -> str:
@@ -125,6 +128,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         RedisCluster(primaries=3, replicas=0) as cluster,
         _servers(cluster, directory, prefix) as urls,
         httpx.Client(timeout=30) as http,
+        # A finalizer whose only Redis is its guard's (in this process: no source to reach).
+        in_process(create_app(_guard_only_settings(cluster.seed_urls, prefix))) as guard_only_app,
     ):
         victim = cluster.primaries_now()[1]
         rollout_id = _rollout_on(cluster, victim, prefix)
@@ -132,11 +137,11 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         put_url = f"{urls['store']}/ng-rollout/{rollout_id}/training-token-capture/calls/c1"
         health = [http.get(f"{urls['store']}/health")]
         ready = [http.get(f"{urls['direct']}/ready")]
-        guard_only = [http.get(f"{urls['guard_only']}/ready")]
+        guard_only = [guard_only_app.get("/ready")]
         cluster.kill_primary(victim)
         health.append(http.get(f"{urls['store']}/health"))
         ready.append(http.get(f"{urls['direct']}/ready"))
-        guard_only.append(http.get(f"{urls['guard_only']}/ready"))
+        guard_only.append(guard_only_app.get("/ready"))
         put = http.put(put_url, json=entry)
         finalize = http.post(
             f"{urls['direct']}/finalize", params={"source": "direct"}, json=record_for(rollout_id)
@@ -144,7 +149,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         cluster.restart(victim)
         health.append(http.get(f"{urls['store']}/health"))
         ready.append(http.get(f"{urls['direct']}/ready"))
-        guard_only.append(http.get(f"{urls['guard_only']}/ready"))
+        guard_only.append(guard_only_app.get("/ready"))
         yield Observed(victim, health, ready, guard_only, put, finalize)
 
 

@@ -3,7 +3,7 @@
 Real processes on loopback: a 3-primary cluster (one replica each), `store
 serve --redis-cluster --min-replicas-acked 1` and a finalizer whose two
 sources reach the same keys through the store server and directly. While
-`redis-cli --cluster reshard` moves 1500 slots and then 1500 more (with their
+`redis-cli --cluster reshard` moves 1000 slots and then 1000 more (with their
 keys: a population of rollouts was written first), 16 workers write small
 rollouts through the store server, finalize each one (alternating the two
 sources) and retire every other one, taking every answer as final: no retry
@@ -29,8 +29,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 WORKERS = 16
-POPULATION = 1500
-SLOTS_PER_MOVE = 1500
+POPULATION = 1000
+SLOTS_PER_MOVE = 1000
 WARM_UP_S = 0.5
 AFTER_S = 0.5
 

@@ -27,69 +27,91 @@ __all__ = ["ping_every_primary", "scan_every_primary"]
 _PRIMARY = "primary"
 
 
-async def _answer(call: Any) -> str | None:
-    """None when `call` answers within the node timeout, else why not."""
+_NO_ANSWER = "no answer to PING within"
+
+
+async def _answer(call: Any, timeout_s: float) -> str | None:
+    """None when `call` answers within `timeout_s`, else why not."""
     try:
-        async with asyncio.timeout(REDIS_PING_NODE_TIMEOUT_S):
+        async with asyncio.timeout(max(0.0, timeout_s)):
             await call
     except TimeoutError:
-        return f"no answer to PING within {REDIS_PING_NODE_TIMEOUT_S:g} s"
+        return f"{_NO_ANSWER} {timeout_s:.1f} s"
     except Exception as exc:
         return describe(exc)
     return None
 
 
-async def _ping_one_server(client: Any) -> str | None:
+class _Budget:
+    """What is left of one probe's time; each node gets at most REDIS_PING_NODE_TIMEOUT_S."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.deadline = self._loop.time() + REDIS_PING_TIMEOUT_S
+
+    def per_node(self) -> float:
+        return min(REDIS_PING_NODE_TIMEOUT_S, self.deadline - self._loop.time())
+
+
+async def _ping_one_server(client: Any, budget: _Budget) -> str | None:
     # Twice: the first PING may meet a pooled connection the server has closed since.
-    problem = await _answer(client.ping())
+    problem = await _answer(client.ping(), budget.per_node())
     if problem is not None:
-        problem = await _answer(client.ping())
+        problem = await _answer(client.ping(), budget.per_node())
     return problem
 
 
-async def _ping_round(client: Any) -> dict[str, str | None]:
+async def _ping_round(client: Any, budget: _Budget) -> dict[str, str | None]:
     nodes: list[ClusterNode] = client.get_primaries()
+    timeout_s = budget.per_node()
     answers = await asyncio.gather(
-        *(_answer(client.execute_command("PING", target_nodes=node)) for node in nodes)
+        *(_answer(client.execute_command("PING", target_nodes=node), timeout_s) for node in nodes)
     )
     return {node.name: answer for node, answer in zip(nodes, answers, strict=True)}
 
 
-async def _ping_cluster(client: Any) -> dict[str, str | None]:
+async def _ping_cluster(client: Any, budget: _Budget) -> dict[str, str | None]:
     """Node name -> None, or why the primary does not answer (asked twice if it failed)."""
-    await client.initialize()
-    first = await _ping_round(client)
+    async with asyncio.timeout_at(budget.deadline):
+        await client.initialize()
+    first = await _ping_round(client, budget)
     if all(answer is None for answer in first.values()):
         return first
     # A failed PING may be a stale connection, or a primary replaced by its
     # replica since the topology was read: read it again and ask again.
     try:
-        async with asyncio.timeout(REDIS_PING_NODE_TIMEOUT_S):
+        async with asyncio.timeout_at(budget.deadline):
             await client.nodes_manager.initialize()
-        return await _ping_round(client)
-    except Exception:  # the topology cannot be read now: the first round's answers stand
+            return await _ping_round(client, budget)
+    except Exception:  # no time left, or no topology now: the first round's answers stand
         return first
+
+
+def _worst(answers: dict[str, str | None]) -> str | None:
+    """The node to name: one that failed outright before one that was only slow, by name."""
+    down = [name for name, problem in answers.items() if problem is not None]
+    return min(
+        down, key=lambda name: (str(answers[name]).startswith(_NO_ANSWER), name), default=None
+    )
 
 
 async def ping_every_primary(redis: RetryingRedis) -> None:
     """Return when the server (every primary of a cluster) answers PING.
 
-    Raises StoreNodeUnreachable `redis node host:port: <why>` for the first
-    node (by name) that does not, within REDIS_PING_TIMEOUT_S in all.
+    Raises StoreNodeUnreachable `redis node host:port: <why>` naming a node
+    that does not (one that failed outright before one that was only slow),
+    all within REDIS_PING_TIMEOUT_S.
     """
+    budget = _Budget()
     try:
-        async with asyncio.timeout(REDIS_PING_TIMEOUT_S):
-            if redis.cluster:
-                answers = await _ping_cluster(redis.client)
-            else:
-                answers = {redis.node: await _ping_one_server(redis.client)}
-    except TimeoutError:
-        answers = {redis.node: f"no answer within {REDIS_PING_TIMEOUT_S:g} s"}
-    except Exception as exc:  # no seed answered: name the first one
-        answers = {redis.node: describe(exc)}
-    down = sorted(name for name, problem in answers.items() if problem is not None)
-    if down:
-        node = down[0]
+        if redis.cluster:
+            answers = await _ping_cluster(redis.client, budget)
+        else:
+            answers = {redis.node: await _ping_one_server(redis.client, budget)}
+    except Exception as exc:  # no seed answered in time: name the first one
+        answers = {redis.node: describe(exc) if str(exc) else f"{_NO_ANSWER} the probe's time"}
+    node = _worst(answers)
+    if node is not None:
         raise StoreNodeUnreachable(redact(f"redis node {node}: {answers[node]}"), node)
 
 
