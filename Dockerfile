@@ -2,7 +2,8 @@
 #
 #   docker build -t token-finalizer .
 #   docker run -p 8000:8000 token-finalizer             # embedded default: ./capture in the image
-#   docker compose up                                    # redis, capture store, 2 finalizer replicas
+#   export CAPTURE_TOKEN=... FINALIZER_TOKEN=... RETIRE_KEY=...   # docker-compose.yml needs all three
+#   docker compose up --build                            # redis, capture store, 2 finalizer replicas
 
 # The Python patch version is pinned: a floating tag could change between two builds.
 FROM python:3.11.7-slim AS build

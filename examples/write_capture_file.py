@@ -22,7 +22,9 @@ What it leaves in the directory (per rollout id R, the default file layout):
 A real model server gets the token ids and log probabilities from its
 inference engine; here a toy tokenizer (one token per UTF-8 byte) and a
 scripted "model" stand in for them. Each rollout is written once: finalizing
-freezes it, and any later write to it fails.
+freezes it, and any later write to it fails (CaptureFrozen). A finalize of a
+wrong or early id freezes that id just the same; this writer then says so,
+and `token-finalizer store delete ID --dir DIR` is the way out.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from token_finalizer import CaptureError, FileTokenStore
+from token_finalizer import CaptureError, CaptureFrozen, CaptureRetired, FileTokenStore
 
 # The scripted agent rollout. Per model call: the text the model generates,
 # the Responses output item the server parses it into, and what the tool
@@ -118,6 +120,35 @@ async def write_rollout(store: FileTokenStore, rollout_id: str) -> list[dict[str
     return entries
 
 
+def frozen_message(rollout_id: str, directory: Path) -> str:
+    """What a writer says when the rollout it is to write was frozen by a finalize."""
+    return (
+        f"error: rollout {rollout_id} is frozen: something finalized it (a harness, or a "
+        "finalize of a wrong or too early id), and a writer cannot tell who. A frozen capture "
+        "takes no more writes. If that finalize was a mistake, remove the capture for good with "
+        f"`token-finalizer store delete {rollout_id} --dir {directory}` and write again; "
+        "otherwise pass another --rollout-id."
+    )
+
+
+def refusal(store: FileTokenStore, rollout_id: str, directory: Path) -> str | None:
+    """Why this rollout cannot be written into the store (None when it can)."""
+    state = asyncio.run(store.admin.status(rollout_id))
+    if state is None:
+        return None
+    if state.retired:
+        return (
+            f"error: rollout {rollout_id} was finalized and retired: its capture is closed. "
+            "Pass another --rollout-id."
+        )
+    if state.frozen:
+        return frozen_message(rollout_id, directory)
+    return (
+        f"error: {directory}/ already holds a capture of rollout {rollout_id} (not finalized "
+        "yet): each rollout is written once. Pass another --rollout-id."
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -130,15 +161,16 @@ def main() -> int:
     args = parser.parse_args()
 
     store = FileTokenStore(args.dir)
-    if asyncio.run(store.admin.status(args.rollout_id)) is not None:
-        print(
-            f"error: {args.dir}/ already holds a capture of rollout {args.rollout_id}: each "
-            "rollout is written once. Pass another --rollout-id.",
-            file=sys.stderr,
-        )
+    problem = refusal(store, args.rollout_id, args.dir)
+    if problem is not None:
+        print(problem, file=sys.stderr)
         return 1
     try:
         entries = asyncio.run(write_rollout(store, args.rollout_id))
+    except (CaptureFrozen, CaptureRetired):
+        # Finalized while this writer was still writing: too early, or the wrong id.
+        print(frozen_message(args.rollout_id, args.dir), file=sys.stderr)
+        return 1
     except CaptureError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -100,6 +100,29 @@ async def run(sink_kwargs: dict[str, Any], rollout_id: str) -> list[dict[str, An
         return await write_rollout(sink, rollout_id)
 
 
+def refusal(exc: ConflictError, rollout_id: str) -> str:
+    """What the writer says when the store answered 409 (its message says which case)."""
+    if "frozen" in exc.message or "retired" in exc.message:
+        # Something finalized this rollout: a harness, or a finalize of a wrong
+        # or too early id. The store cannot say who, and neither can we.
+        return (
+            f"error: the store refused a write ({exc}): rollout {rollout_id} was finalized, "
+            "and a writer cannot tell by whom (a harness, or a finalize of a wrong or too early "
+            "id). A frozen capture takes no more writes. If that finalize was a mistake, remove "
+            f"the capture for good on the store's host with `token-finalizer store delete "
+            f"{rollout_id} --dir DIR` (or --redis URL) and write again; otherwise pass another "
+            "--rollout-id."
+        )
+    # A second run of this script writes the same calls with another created_at:
+    # a different payload under an existing call id, which the store refuses AND
+    # records as a capture failure (finalized, the rollout is masked
+    # capture_incomplete).
+    return (
+        f"error: the store refused a write ({exc}): rollout {rollout_id} was already written. "
+        "Each rollout is written once: pass another --rollout-id."
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -119,16 +142,7 @@ def main() -> int:
     try:
         entries = asyncio.run(run(sink_kwargs, args.rollout_id))
     except ConflictError as exc:
-        # A second run of this script writes the same calls with another
-        # created_at: a different payload under an existing call id, which the
-        # store refuses AND records as a capture failure (the rollout is now
-        # masked as capture_incomplete when finalized). After a freeze, every
-        # write is refused the same way.
-        print(
-            f"error: the store refused a write ({exc}): rollout {args.rollout_id} was already "
-            "written or finalized. Each rollout is written once: pass another --rollout-id.",
-            file=sys.stderr,
-        )
+        print(refusal(exc, args.rollout_id), file=sys.stderr)
         return 1
     except FinalizerError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,7 +72,7 @@ _COMPOSE_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?][^}]*)?\}"
 OPERATOR_ENV = {
     "CAPTURE_TOKEN": "store-token",
     "FINALIZER_TOKEN": "finalizer-token",
-    "RETIRE_KEY": "retire-key",
+    "RETIRE_KEY": "retire-key-of-the-operator-0123456789",
 }
 
 
@@ -221,7 +222,7 @@ def test_replica_config_is_valid(compose: dict[str, Any], name: str) -> None:
     assert (settings.default_source, sorted(settings.sources)) == ("store", ["redis", "store"])
     assert (settings.auth.bearer_tokens, settings.retire.key) == (
         ("finalizer-token",),
-        "retire-key",
+        "retire-key-of-the-operator-0123456789",
     )
     assert settings.token_id_capture.max_mask_fraction is not None
 
@@ -454,6 +455,120 @@ def test_dockerfile_user_owns_the_data_directory(dockerfile: list[str]) -> None:
     assert ("/data" in shlex.split(install), "-o finalizer" in install) == (True, True)
 
 
+# -- the secrets compose requires, as the README and the Dockerfile tell them -----
+
+
+def _required_by_compose() -> set[str]:
+    """Variables docker-compose.yml refuses to start without (`${VAR:?message}`)."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    return set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?", text))
+
+
+def _assigned_before_compose_up(lines: list[str]) -> set[str]:
+    """Variables set (`VAR=...`, `export A=... B=...`) on the lines up to `docker compose up`."""
+    names: set[str] = set()
+    for line in lines:
+        command = line.split("#", 1)[0]
+        names.update(re.findall(r"(?:^|\s)([A-Z][A-Z0-9_]*)=", command))
+        if "docker compose up" in command:
+            return names
+    raise AssertionError("no `docker compose up` line")
+
+
+def _readme_deployment_block() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Deployment and scale-out\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", section, re.DOTALL) if "compose" in b]
+    return block.splitlines()
+
+
+def test_compose_requires_exactly_the_operator_secrets() -> None:
+    """The variables compose requires are the three an operator exports (none added unseen)."""
+    assert _required_by_compose() == set(OPERATOR_ENV)
+
+
+def test_readme_compose_command_sets_every_required_variable() -> None:
+    """The README's compose command sets every variable compose requires before `up`."""
+    assert _required_by_compose() <= _assigned_before_compose_up(_readme_deployment_block())
+
+
+def test_dockerfile_header_sets_every_required_variable() -> None:
+    """The Dockerfile header's compose command sets every variable compose requires too."""
+    header = []
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        header.append(line.lstrip("# "))
+    assert _required_by_compose() <= _assigned_before_compose_up(header)
+
+
+def _dockerignore_pattern(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as a regex over paths relative to the build context.
+
+    `**` spans any number of directories (none included), `*` and `?` stay
+    within one path segment, as Docker matches them.
+    """
+    regex = ""
+    index = 0
+    while index < len(pattern):
+        if pattern.startswith("**/", index):
+            regex, index = regex + "(?:.*/)?", index + 3
+        elif pattern.startswith("**", index):
+            regex, index = regex + ".*", index + 2
+        elif pattern[index] == "*":
+            regex, index = regex + "[^/]*", index + 1
+        elif pattern[index] == "?":
+            regex, index = regex + "[^/]", index + 1
+        else:
+            regex, index = regex + re.escape(pattern[index]), index + 1
+    return re.compile(regex)
+
+
+def _ignored(path: str) -> bool:
+    """Whether the build context leaves `path` out (it, or a directory above it, matches)."""
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    patterns = [
+        _dockerignore_pattern(line.strip()) for line in lines if line.strip()[:1] not in "#"
+    ]
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    return any(p.fullmatch(prefix) for p in patterns for prefix in prefixes)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "service/token_finalizer.egg-info/PKG-INFO",
+        "client/token_finalizer_client.egg-info/PKG-INFO",
+        "client/build/lib/token_finalizer_client/__init__.py",
+        "client/dist/token_finalizer_client-0.2.0-py3-none-any.whl",
+        "build/lib/token_finalizer/__init__.py",
+        ".venv/bin/python",
+        ".venv-3.13/bin/python",
+        "service/token_finalizer/__pycache__/settings.cpython-311.pyc",
+        "tests/conftest.py",
+    ],
+)
+def test_dockerignore_leaves_out_local_build_output(path: str) -> None:
+    """Build output, install metadata and virtualenvs at any depth never reach the image."""
+    assert _ignored(path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "pyproject.toml",
+        "constraints.txt",
+        "service/token_finalizer/core/build.py",
+        "client/token_finalizer_client/__init__.py",
+        "client/pyproject.toml",
+    ],
+)
+def test_dockerignore_keeps_what_the_image_is_built_from(path: str) -> None:
+    """The files the Dockerfile copies stay in the build context."""
+    assert not _ignored(path)
+
+
 # -- README and .ci/run ----------------------------------------------------------
 
 
@@ -489,3 +604,48 @@ def test_ci_script_is_strict_bash() -> None:
         True,
         True,
     )
+
+
+def _ci_function(name: str) -> str:
+    """The bash source of one function defined in .ci/run."""
+    text = (ROOT / ".ci" / "run").read_text()
+    match = re.search(rf"^{name}\(\) {{.*?^}}$", text, re.MULTILINE | re.DOTALL)
+    assert match is not None, name
+    return match.group(0)
+
+
+def _find_python(version: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """Run .ci/run's find_python with HOME=home and a PATH holding no pythonX.Y."""
+    script = _ci_function("find_python") + f'\nfind_python "{version}"\n'
+    return subprocess.run(
+        ["bash", "-c", script],
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_ci_finds_a_pyenv_interpreter_of_each_version(tmp_path: Path) -> None:
+    """A pyenv-installed 3.13 is found under ~/.pyenv/versions/3.13*/bin/python3."""
+    python = tmp_path / ".pyenv" / "versions" / "3.13.7" / "bin" / "python3"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\nexit 0\n")  # answers the version check with "yes"
+    python.chmod(0o755)
+    result = _find_python("3.13", tmp_path)
+    assert (result.returncode, result.stdout.strip()) == (0, str(python))
+
+
+def test_ci_reports_a_missing_interpreter(tmp_path: Path) -> None:
+    """No interpreter of the version: find_python fails, so .ci/run says so and goes on."""
+    assert _find_python("3.13", tmp_path).returncode == 1
+
+
+def test_ci_runs_the_client_tests_under_3_12_and_3_13() -> None:
+    """.ci/run runs tests/client in a virtualenv per version, and says when one is missing."""
+    text = (ROOT / ".ci" / "run").read_text()
+    loop = text.split("for version in 3.12 3.13; do", 1)[1].split("\ndone\n", 1)[0]
+    assert '"$python" -m venv ".venv-$version"' in loop
+    assert "\".venv-$version/bin/pip\" install -e ./client -e '.[test]'" in loop
+    assert '".venv-$version/bin/pytest" tests/client' in loop
+    assert "is not installed here" in loop

@@ -11,12 +11,25 @@
 `FinalizerError` subclasses (see `_exceptions` for the tree). `HttpTokenSink`
 is the writer side of a remote capture store, for model servers, and
 `HttpLineageResolver` its request-time lineage lookup (NeMo Gym 0.7's
-`LineageResolver`). This package never imports the service, so harnesses and
+`LineageResolver`). For NeMo Gym 0.7's external staging, `HttpCaptureLedger`
+is the model server's capture ledger (Gym's `CaptureLedger`),
+`HttpStagingSink` the inference worker's staging sink and
+`HttpStagingSource` the trainer's staging source; `StageResult` and
+`StagedCallBaseSnapshot` are what they hand out when Gym itself is not
+loaded. This package never imports the service (nor Gym), so harnesses and
 trainers stay light.
 
 Optional, with the `fast` extra (`token-finalizer-client[fast]`): orjson
-parses answers faster when it is installed, and `FinalizerClient(url,
-as_numpy=True)` hands out token arrays (numpy) instead of lists.
+encodes requests and parses answers faster when it is installed, and
+`FinalizerClient(url, as_numpy=True)` hands out token arrays (numpy) instead
+of lists.
+
+Every client bounds what a server can do to it: each try's whole exchange
+ends within `timeout`, an answer is read up to a size limit once decoded
+(a zstd or gzip bomb is refused while decoding), and a server's message is
+kept short. Retries are logged as warnings on the logger named
+`LOGGER_NAME` ("token_finalizer_client"), with their fields in the record
+attribute `LOG_FIELDS_ATTRIBUTE`; the package adds no handler.
 
 Two public modules hold what the service shares with this package:
 `token_finalizer_client.protocol` (fingerprints, the id rule, protocol paths;
@@ -33,7 +46,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from token_finalizer_client._client import AsyncFinalizerClient, FinalizerClient
+    from token_finalizer_client._constants import LOG_FIELDS_ATTRIBUTE, LOGGER_NAME
     from token_finalizer_client._exceptions import (
+        AnswerTooLargeError,
         APIConnectionError,
         APIStatusError,
         APITimeoutError,
@@ -41,6 +56,9 @@ if TYPE_CHECKING:
         BadRequestError,
         ConflictError,
         FinalizerError,
+        InvalidAnswerError,
+        InvalidLedgerRequestError,
+        LedgerConflictError,
         MaskFractionExceeded,
         NotFoundError,
         PayloadTooLargeError,
@@ -48,6 +66,7 @@ if TYPE_CHECKING:
         ServerError,
         SourceUnavailableError,
     )
+    from token_finalizer_client._ledger import HttpCaptureLedger
     from token_finalizer_client._resolver import (
         HttpLineageResolver,
         LineageMatch,
@@ -55,6 +74,9 @@ if TYPE_CHECKING:
         ResolutionStatus,
     )
     from token_finalizer_client._sink import HttpTokenSink
+    from token_finalizer_client._staged_types import StagedCallBaseSnapshot, StageResult
+    from token_finalizer_client._staging_sink import HttpStagingSink
+    from token_finalizer_client._staging_source import HttpStagingSource
     from token_finalizer_client._types import Finalized, Readiness
 
 __version__ = "0.2.0"
@@ -63,6 +85,9 @@ __version__ = "0.2.0"
 _LAZY = {
     "AsyncFinalizerClient": "_client",
     "FinalizerClient": "_client",
+    "LOG_FIELDS_ATTRIBUTE": "_constants",
+    "LOGGER_NAME": "_constants",
+    "AnswerTooLargeError": "_exceptions",
     "APIConnectionError": "_exceptions",
     "APIStatusError": "_exceptions",
     "APITimeoutError": "_exceptions",
@@ -70,6 +95,9 @@ _LAZY = {
     "BadRequestError": "_exceptions",
     "ConflictError": "_exceptions",
     "FinalizerError": "_exceptions",
+    "InvalidAnswerError": "_exceptions",
+    "InvalidLedgerRequestError": "_exceptions",
+    "LedgerConflictError": "_exceptions",
     "MaskFractionExceeded": "_exceptions",
     "NotFoundError": "_exceptions",
     "PayloadTooLargeError": "_exceptions",
@@ -81,14 +109,22 @@ _LAZY = {
     "LineageResolution": "_resolver",
     "ResolutionStatus": "_resolver",
     "HttpTokenSink": "_sink",
+    "HttpCaptureLedger": "_ledger",
+    "HttpStagingSink": "_staging_sink",
+    "HttpStagingSource": "_staging_source",
+    "StageResult": "_staged_types",
+    "StagedCallBaseSnapshot": "_staged_types",
     "Finalized": "_types",
     "Readiness": "_types",
 }
 
 __all__ = [
+    "LOGGER_NAME",
+    "LOG_FIELDS_ATTRIBUTE",
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
+    "AnswerTooLargeError",
     "AsyncFinalizerClient",
     "AuthenticationError",
     "BadRequestError",
@@ -96,8 +132,14 @@ __all__ = [
     "Finalized",
     "FinalizerClient",
     "FinalizerError",
+    "HttpCaptureLedger",
     "HttpLineageResolver",
+    "HttpStagingSink",
+    "HttpStagingSource",
     "HttpTokenSink",
+    "InvalidAnswerError",
+    "InvalidLedgerRequestError",
+    "LedgerConflictError",
     "LineageMatch",
     "LineageResolution",
     "MaskFractionExceeded",
@@ -108,6 +150,8 @@ __all__ = [
     "ResolutionStatus",
     "ServerError",
     "SourceUnavailableError",
+    "StageResult",
+    "StagedCallBaseSnapshot",
     "__version__",
 ]
 

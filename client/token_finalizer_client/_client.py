@@ -3,8 +3,15 @@
 Both have the same surface and behaviour; each owns one httpx connection pool
 for its lifetime, so open one per process (or per event loop) and reuse it.
 What they send and how they read answers lives in `_wire`, when to repeat a
-call in `_retry` (the project's one retry policy): the two classes only add
-the blocking or asyncio transport.
+call in `_retry` (the project's one retry policy), how one try is bounded in
+`_exchange`: the two classes only add the blocking or asyncio transport.
+
+`timeout` bounds each try's whole exchange: connecting, sending, and every
+byte of the answer, its head included (a server trickling its answer cannot
+hold a call longer); a call takes at most its tries plus the waits between
+them. An `httpx.Timeout` sets httpx's per-operation timeouts instead, and its
+`read` value bounds each try's exchange. Answers are read up to
+`DEFAULT_MAX_ANSWER_BYTES` once decoded (docs/architecture.md#bounded-answers).
 """
 
 from __future__ import annotations
@@ -21,12 +28,15 @@ from token_finalizer_client._compact import load_numpy
 from token_finalizer_client._constants import (
     CONNECT_TIMEOUT_S,
     DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_ANSWER_BYTES,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_KEEPALIVE,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT_S,
 )
+from token_finalizer_client._deadline import bound_by_deadlines
 from token_finalizer_client._exceptions import FinalizerError
+from token_finalizer_client._exchange import AnswerLimits, Reply
 from token_finalizer_client._ordered import ordered_map
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries, send_with_retries
 from token_finalizer_client._types import Finalized, Readiness
@@ -54,6 +64,13 @@ _LIMITS = httpx.Limits(
 )
 
 
+def _exchange_timeout(timeout: float | httpx.Timeout | None) -> float | None:
+    """How long one try's whole exchange may take, from the client's `timeout`."""
+    if isinstance(timeout, httpx.Timeout):
+        return timeout.read
+    return timeout
+
+
 class _BaseClient(Generic[_Pool]):
     """Construction shared by both clients: argument checks, headers, pool options."""
 
@@ -76,6 +93,9 @@ class _BaseClient(Generic[_Pool]):
         if as_numpy:
             load_numpy()  # ImportError now, not at the first answer
         self.as_numpy = as_numpy
+        self._limits = AnswerLimits(
+            timeout_s=_exchange_timeout(timeout), max_bytes=DEFAULT_MAX_ANSWER_BYTES
+        )
         self._http = self._open_pool(
             base_url=self.base_url,
             headers=default_headers(token, run_id),
@@ -102,10 +122,13 @@ class FinalizerClient(_BaseClient[httpx.Client]):
     """
 
     def _open_pool(self, **options: Any) -> httpx.Client:
-        return httpx.Client(**options)
+        pool = httpx.Client(**options)
+        # Every socket operation of a try then ends by the try's deadline (`_deadline`).
+        bound_by_deadlines(pool)
+        return pool
 
-    def _send(self, request: WireRequest) -> httpx.Response:
-        return send_with_retries(self._http, request, self._retry)
+    def _send(self, request: WireRequest) -> Reply:
+        return send_with_retries(self._http, request, self._retry, self._limits)
 
     def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
         """Finalize one finished rollout record (`POST /finalize`).
@@ -165,8 +188,8 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
     def _open_pool(self, **options: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(**options)
 
-    async def _send(self, request: WireRequest) -> httpx.Response:
-        return await asend_with_retries(self._http, request, self._retry)
+    async def _send(self, request: WireRequest) -> Reply:
+        return await asend_with_retries(self._http, request, self._retry, self._limits)
 
     async def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
         """Finalize one finished rollout record (`POST /finalize`); see `FinalizerClient`."""

@@ -2,14 +2,20 @@
 
     FinalizerError
     ├── APIConnectionError          the request did not get an HTTP answer
-    │   └── APITimeoutError         ... because it timed out
+    │   └── APITimeoutError         ... because it timed out (a try's whole exchange, or the call)
+    ├── InvalidAnswerError          an answer the client refuses to read: it does not decode,
+    │   │                           or it is not what the call answers
+    │   └── AnswerTooLargeError     ... because it is (or decodes to) more than the client's limit
     └── APIStatusError              an HTTP answer with an error status (status_code, message, body)
         ├── BadRequestError         400, 422: the request itself is wrong
+        │   └── InvalidLedgerRequestError  ... a capture-ledger call (also a ValueError)
         ├── AuthenticationError     401: missing or wrong bearer token
         ├── PermissionDeniedError   403: refused although authenticated (a retire
         │                              ticket that does not verify)
         ├── NotFoundError           404: unknown source (or path)
         ├── ConflictError           409: a capture store refused a write (conflict, frozen, retired)
+        │   ├── LedgerConflictError    ... a ledger row or failure (also a ValueError, as
+        │   │                          NeMo Gym's CaptureLedger protocol asks)
         │   └── MaskFractionExceeded   409 from /finalize: the run masks too much
         │                              (finalized, masked, reasons)
         ├── PayloadTooLargeError    413: the body is over the server's limit
@@ -17,21 +23,29 @@
             └── SourceUnavailableError  503 naming a `source`: the capture store could not
                                         be reached; retried, then raised (`.source`)
 
-`error_for_status` is the one place that maps an HTTP answer to a class.
+`error_for_status` is the one place that maps an HTTP answer to a class. A
+server's message is kept to `MAX_MESSAGE_CHARS` (`shorten`): a hostile server
+cannot hand a caller a gigabyte-long exception.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from token_finalizer_client._constants import MAX_MESSAGE_CHARS
+
 __all__ = [
     "APIConnectionError",
     "APIStatusError",
     "APITimeoutError",
+    "AnswerTooLargeError",
     "AuthenticationError",
     "BadRequestError",
     "ConflictError",
     "FinalizerError",
+    "InvalidAnswerError",
+    "InvalidLedgerRequestError",
+    "LedgerConflictError",
     "MaskFractionExceeded",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -39,7 +53,15 @@ __all__ = [
     "ServerError",
     "SourceUnavailableError",
     "error_for_status",
+    "shorten",
 ]
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` itself when it has at most `limit` characters, else its start and how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
 
 
 class FinalizerError(Exception):
@@ -52,6 +74,14 @@ class APIConnectionError(FinalizerError):
 
 class APITimeoutError(APIConnectionError):
     """No HTTP answer in time."""
+
+
+class InvalidAnswerError(FinalizerError):
+    """An answer the client will not use: a body that does not decode, or not the call's answer."""
+
+
+class AnswerTooLargeError(InvalidAnswerError):
+    """An answer over the client's size limit, on the wire or once decoded; it was not kept."""
 
 
 class APIStatusError(FinalizerError):
@@ -82,6 +112,19 @@ class NotFoundError(APIStatusError):
 
 class ConflictError(APIStatusError):
     """409: the server refused because of the state it holds."""
+
+
+class LedgerConflictError(ConflictError, ValueError):
+    """409 from a capture ledger: the call id already has a different row, or the rollout is
+    frozen or retired (the message says which). A ValueError too: NeMo Gym's
+    `CaptureLedger.record` must fail that way for a reused call id."""
+
+
+class InvalidLedgerRequestError(BadRequestError, ValueError):
+    """400 or 422 from a capture ledger: the store refused the rollout id or the row.
+
+    A ValueError too: NeMo Gym's `CaptureLedger.manifest` raises one for an id the store refuses.
+    """
 
 
 class MaskFractionExceeded(ConflictError):
@@ -134,6 +177,7 @@ def error_for_status(status_code: int, body: Any) -> APIStatusError:
         message = body["error"]
     else:
         message = str(body) if body not in (None, "") else f"HTTP status {status_code}"
+    message = shorten(message)
     if status_code == 409 and isinstance(body, dict) and "masked" in body:
         return MaskFractionExceeded(status_code, message, body)
     if status_code == 503 and isinstance(body, dict) and "source" in body:

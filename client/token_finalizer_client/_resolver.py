@@ -10,18 +10,26 @@ call of the rollout the request continues (its `LineageResolver` protocol):
     await resolver.close()
 
 The items are hashed here (`protocol`'s fingerprints, the ones the service uses) and
-only the hashes travel: `POST .../lineage/resolve` with the assistant
-fingerprint and the digest of every prefix of the items. The store compares
-strings over the rollout's committed entries and answers the match with its
-full cumulative token ids. A request without model-authored items is a root
-and sends nothing.
+only the hashes travel: `POST .../lineage/resolve?tokens=compact` with the
+assistant fingerprint and the digest of every prefix of the items. The store
+compares strings over the rollout's committed entries and answers the match
+with its full cumulative token ids, as one base64 string of little-endian
+integers (`_cumulative`; the plain list of older stores is read too). A
+rollout staged externally (NeMo Gym's external staging) resolves over its
+capture-ledger rows instead: the match carries no ids, but the parent's
+`cum_len` as `prev_len`, its `staging_chain` and `chain_hash`
+(docs/staging.md#the-client). A request without model-authored items is a
+root and sends nothing.
 
 `resolve` never raises: an unreachable store, a timeout, a refusal, an answer
-that is not a resolution, items that cannot be fingerprinted or a bad rollout
-id all answer `unresolved` with reason `lookup_error` (and a warning in the
-log), which a 0.7 writer records as an unresolved boundary. Requests go
-through the same request building, retry policy (connection trouble and
-502/503/504; a resolve is read-only) and error mapping as `HttpTokenSink`.
+that is not a resolution (or too large, or a body that does not decode),
+items that cannot be fingerprinted or a bad rollout id all answer
+`unresolved` with reason `lookup_error` (and a warning in the log), which a
+0.7 writer records as an unresolved boundary. Requests go through the same
+request building, retry policy (connection trouble and 502/503/504; a resolve
+is read-only), bounds (each try's whole exchange within `timeout`, the
+answer within `DEFAULT_STORE_MAX_ANSWER_BYTES`) and error mapping as
+`HttpTokenSink`. A store's reason is kept to `MAX_REASON_CHARS`.
 
 `status` is a `StrEnum` equal to the strings "root", "resolved" and
 "unresolved". When NeMo Gym's `nemo_gym.token_id_capture.records` is loaded in
@@ -34,19 +42,21 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer_client._addressing import rollout_path
-from token_finalizer_client._exceptions import FinalizerError
+from token_finalizer_client._constants import COMPACT_TOKENS, LOGGER_NAME, MAX_REASON_CHARS
+from token_finalizer_client._cumulative import cumulative_token_ids
+from token_finalizer_client._exceptions import InvalidAnswerError, shorten
 from token_finalizer_client._fingerprint import (
     FINGERPRINT_VERSION,
     assistant_fingerprint,
     context_digests,
 )
-from token_finalizer_client._retry import asend_with_retries
 from token_finalizer_client._store_connection import StoreConnection
 from token_finalizer_client._wire import WireRequest, read_object
 
@@ -58,13 +68,16 @@ __all__ = [
     "ResolutionStatus",
 ]
 
-logger = logging.getLogger("token_finalizer_client")
+logger = logging.getLogger(LOGGER_NAME)
 
 # The reason of every resolution this client could not obtain from the store.
 LOOKUP_ERROR = "lookup_error"
 _RESOLVE_OPERATION = "lineage/resolve"
+# Asked on every resolve: the match's ids as one base64 string (see `_cumulative`).
+_RESOLVE_PARAMS = dict([COMPACT_TOKENS])
 # Where NeMo Gym 0.7 defines ParentResolutionStatus (looked up, never imported).
 _GYM_RECORDS_MODULE = "nemo_gym.token_id_capture.records"
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ResolutionStatus(enum.StrEnum):
@@ -77,11 +90,15 @@ class ResolutionStatus(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class LineageMatch:
-    """The committed call a request continues, with its full cumulative token ids.
+    """The committed call a request continues.
 
-    `prev_len` is the length of `cumulative_token_ids`. `staging_chain` and
-    `chain_hash` belong to NeMo Gym's external staging, which this store does
-    not do: always empty, present because a 0.7 model server reads them.
+    Over token entries: its full `cumulative_token_ids`, and `prev_len` is
+    their length; `staging_chain` and `chain_hash` are empty. Over a capture
+    ledger (NeMo Gym's external staging, docs/staging.md#the-client): no ids
+    (they stay with the staged calls), `prev_len` is the call's `cum_len`,
+    `staging_chain` the staging keys of its ancestors and itself (root
+    first), `chain_hash` the hash its child chains onto, and `digest` its
+    cumulative hash.
     """
 
     model_call_id: str
@@ -122,45 +139,53 @@ def _unresolved(reason: str) -> LineageResolution:
     return LineageResolution(_status(ResolutionStatus.UNRESOLVED.value), None, reason)
 
 
-def _token_ids(value: object) -> tuple[int, ...]:
-    # Both checks loop in C: a long match holds hundreds of thousands of ids.
-    if (
-        not isinstance(value, list)
-        or not set(map(type, value)) <= {int}
-        or min(value, default=0) < 0
-    ):
-        raise FinalizerError("cumulative_token_ids is not a list of token ids")
-    return tuple(value)
-
-
 def _match(value: object) -> LineageMatch:
     if not isinstance(value, dict):
-        raise FinalizerError(f"a resolved answer's match is not an object: {value!r:.200}")
+        raise InvalidAnswerError(f"a resolved answer's match is not an object: {value!r:.200}")
     call_id, digest = value.get("model_call_id"), value.get("digest")
     prev_len = value.get("prev_len")
     if not isinstance(call_id, str) or not call_id:
-        raise FinalizerError(f"the match names no model_call_id: {call_id!r:.200}")
+        raise InvalidAnswerError(f"the match names no model_call_id: {call_id!r:.200}")
     if not isinstance(digest, str):
-        raise FinalizerError(f"the match's digest is not a string: {digest!r:.200}")
+        raise InvalidAnswerError(f"the match's digest is not a string: {digest!r:.200}")
     if type(prev_len) is not int:
-        raise FinalizerError(f"the match's prev_len is not a length: {prev_len!r:.200}")
-    token_ids = _token_ids(value.get("cumulative_token_ids"))
-    if prev_len != len(token_ids):
-        raise FinalizerError(f"prev_len {prev_len} is not the match's {len(token_ids)} token ids")
-    return LineageMatch(call_id, token_ids, digest, prev_len)
+        raise InvalidAnswerError(f"the match's prev_len is not a length: {prev_len!r:.200}")
+    token_ids = cumulative_token_ids(value)
+    chain, chain_hash = value.get("staging_chain") or [], value.get("chain_hash") or ""
+    if not chain and not chain_hash:  # a match over token entries
+        if prev_len != len(token_ids):
+            raise InvalidAnswerError(
+                f"prev_len {prev_len} is not the match's {len(token_ids)} token ids"
+            )
+        return LineageMatch(call_id, token_ids, digest, prev_len)
+    # A match over ledger rows: the chain names where the prefix is staged.
+    if not isinstance(chain, list) or not all(isinstance(key, str) and key for key in chain):
+        raise InvalidAnswerError(f"the match's staging_chain is not a list of keys: {chain!r:.200}")
+    if not chain or not isinstance(chain_hash, str) or not _HEX_DIGEST.fullmatch(chain_hash):
+        raise InvalidAnswerError(
+            "a staged match needs a staging_chain and a chain_hash of 64 lowercase hex "
+            f"characters, got {chain!r:.100} and {chain_hash!r:.100}"
+        )
+    if token_ids or prev_len < 1:
+        raise InvalidAnswerError(
+            f"a staged match carries no token ids and a prev_len >= 1, got {len(token_ids)} "
+            f"ids and prev_len {prev_len}"
+        )
+    return LineageMatch(call_id, (), digest, prev_len, tuple(chain), chain_hash)
 
 
 def _read_resolution(body: dict[str, Any]) -> LineageResolution:
-    """A resolve answer as a LineageResolution; FinalizerError when it is not one."""
+    """A resolve answer as a LineageResolution; InvalidAnswerError when it is not one."""
     status, reason, match = body.get("status"), body.get("reason", ""), body.get("match")
     if status not in tuple(ResolutionStatus):
-        raise FinalizerError(f"the resolve answer's status is {status!r:.200}")
+        raise InvalidAnswerError(f"the resolve answer's status is {status!r:.200}")
     if not isinstance(reason, str):
-        raise FinalizerError(f"the resolve answer's reason is not a string: {reason!r:.200}")
+        raise InvalidAnswerError(f"the resolve answer's reason is not a string: {reason!r:.200}")
+    reason = shorten(reason, MAX_REASON_CHARS)
     if status == ResolutionStatus.RESOLVED:
         return LineageResolution(_status(str(status)), _match(match), reason)
     if match is not None:
-        raise FinalizerError(f"a {status} answer carries a match")
+        raise InvalidAnswerError(f"a {status} answer carries a match")
     return LineageResolution(_status(str(status)), None, reason)
 
 
@@ -182,8 +207,17 @@ class HttpLineageResolver(StoreConnection):
                 "fingerprint": fingerprint,
                 "context_digests": digests,
             },
+            params=_RESOLVE_PARAMS,
         )
-        return read_object(await asend_with_retries(self._http(), request, self._retry))
+        return read_object(await self._call(request))
+
+    async def _lookup(self, rollout_id: str, request_items: Sequence[Any]) -> LineageResolution:
+        """The store's resolution of `request_items`; raises whatever keeps it from answering."""
+        fingerprint = assistant_fingerprint(request_items)
+        if not fingerprint:
+            return LineageResolution(_status(ResolutionStatus.ROOT.value))
+        digests = context_digests(request_items)
+        return _read_resolution(await self._ask(rollout_id, fingerprint, digests))
 
     async def resolve(self, rollout_id: str, request_items: Sequence[Any]) -> LineageResolution:
         """Which committed call `request_items` continues: root, resolved or unresolved.
@@ -191,11 +225,7 @@ class HttpLineageResolver(StoreConnection):
         Never raises; any failure is `unresolved` with reason `lookup_error`.
         """
         try:
-            fingerprint = assistant_fingerprint(request_items)
-            if not fingerprint:
-                return LineageResolution(_status(ResolutionStatus.ROOT.value))
-            digests = context_digests(request_items)
-            return _read_resolution(await self._ask(rollout_id, fingerprint, digests))
+            return await self._lookup(rollout_id, request_items)
         except Exception as exc:  # a resolver answers; it never fails the model call
             logger.warning(
                 "lineage lookup of rollout %r at %s failed (%s: %s); answering unresolved",

@@ -21,9 +21,16 @@ How: stamina (over tenacity) runs the loop. The wait before retry n (1-based)
 is `min(max_delay, base_delay * 2**(n-1) + uniform(0, base_delay))`:
 exponential, with jitter so that clients that failed together do not retry in
 lockstep. A `Retry-After` of a retryable answer replaces that wait, capped at
-`max_delay`. At most `max_retries` retries; no overall deadline beyond that,
-since each try has its own HTTP timeout. Tests turn every wait off with
+`max_delay`. At most `max_retries` retries. Tests turn every wait off with
 `stamina.set_testing(True, ...)` (see tests/conftest.py).
+
+How long: a call may pass `deadline_s`, after which no try starts (stamina's
+own timeout) and, through `send_with_retries`, no try runs on: the package's
+clients bound each try's whole exchange by their `timeout` and the call by
+`call_deadline_s` (every try plus every wait; docs/architecture.md#bounded-answers).
+
+Each retry is logged once, as a warning on the `token_finalizer_client`
+logger naming the method and path (`_retry_log`), never as stamina's bare line.
 
 A retryable answer is raised inside the attempt as `RetryableAnswer` so that
 stamina sees it; when the retries run out, the last answer is returned, not
@@ -33,6 +40,7 @@ raised: callers read its status as they read any other answer.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -40,6 +48,7 @@ from typing import Protocol, TypeVar
 import httpx
 import stamina
 
+from token_finalizer_client import _retry_log
 from token_finalizer_client._constants import (
     DEFAULT_MAX_RETRIES,
     RETRY_BASE_DELAY_S,
@@ -47,6 +56,14 @@ from token_finalizer_client._constants import (
     RETRY_STATUSES,
 )
 from token_finalizer_client._exceptions import APIConnectionError, APITimeoutError
+from token_finalizer_client._exchange import (
+    AnswerLimits,
+    Reply,
+    aexchange,
+    describe_request,
+    exchange,
+)
+from token_finalizer_client._retry_log import RetriedCall, retrying
 from token_finalizer_client._wire import WireRequest
 
 __all__ = [
@@ -55,12 +72,16 @@ __all__ = [
     "RetryPolicy",
     "RetryableAnswer",
     "asend_with_retries",
+    "call_deadline_s",
     "check_max_retries",
     "connection_error",
     "is_retryable_error",
     "retry_after",
     "send_with_retries",
 ]
+
+# stamina's bare log line is replaced by the package's own, for every policy.
+_retry_log.install()
 
 # Transient by nature. Others (an unsupported URL scheme, a local protocol
 # misuse, a body that fails to decode) would fail the same way again.
@@ -156,29 +177,40 @@ class RetryPolicy:
             return min(asked, self.max_delay_s) if asked else True
         return is_retryable_error(exc)
 
-    def _context(self) -> _Attempts:
+    def _context(self, deadline_s: float | None) -> _Attempts:
         return stamina.retry_context(
             on=self.backoff_hook,
             attempts=self.attempts,
-            timeout=None,
+            timeout=deadline_s,
             wait_initial=self.base_delay_s,
             wait_max=self.max_delay_s,
             wait_jitter=self.base_delay_s,
         )
 
-    def call(self, send: Callable[[], _A], *, statuses: Collection[int] = RETRY_STATUSES) -> _A:
+    def call(
+        self,
+        send: Callable[[], _A],
+        *,
+        statuses: Collection[int] = RETRY_STATUSES,
+        method: str = "",
+        path: str = "",
+        deadline_s: float | None = None,
+    ) -> _A:
         """`send()` repeated as the policy allows; the final answer, whatever its status.
 
-        A transport error of the last try (or a non-retryable one) propagates.
+        `method` and `path` name the call in the retry log lines; no try
+        starts once `deadline_s` (from now) has passed. A transport error of
+        the last try (or a non-retryable one) propagates.
         """
         answer: _A | None = None
         try:
-            for attempt in self._context():
-                with attempt:
-                    answer = send()
-                    if answer.status_code in statuses:
-                        raise RetryableAnswer(answer)
-                    return answer
+            with retrying(RetriedCall(method, path, self.attempts)):
+                for attempt in self._context(deadline_s):
+                    with attempt:
+                        answer = send()
+                        if answer.status_code in statuses:
+                            raise RetryableAnswer(answer)
+                        return answer
         except RetryableAnswer:
             if answer is None:  # pragma: no cover - only an answer is raised as one
                 raise
@@ -186,17 +218,24 @@ class RetryPolicy:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def acall(
-        self, send: Callable[[], Awaitable[_A]], *, statuses: Collection[int] = RETRY_STATUSES
+        self,
+        send: Callable[[], Awaitable[_A]],
+        *,
+        statuses: Collection[int] = RETRY_STATUSES,
+        method: str = "",
+        path: str = "",
+        deadline_s: float | None = None,
     ) -> _A:
         """`call` for a coroutine: the same tries, the same waits, asleep on the event loop."""
         answer: _A | None = None
         try:
-            async for attempt in self._context():
-                with attempt:
-                    answer = await send()
-                    if answer.status_code in statuses:
-                        raise RetryableAnswer(answer)
-                    return answer
+            with retrying(RetriedCall(method, path, self.attempts)):
+                async for attempt in self._context(deadline_s):
+                    with attempt:
+                        answer = await send()
+                        if answer.status_code in statuses:
+                            raise RetryableAnswer(answer)
+                        return answer
         except RetryableAnswer:
             if answer is None:  # pragma: no cover - only an answer is raised as one
                 raise
@@ -204,40 +243,64 @@ class RetryPolicy:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
+def call_deadline_s(policy: RetryPolicy, timeout_s: float | None) -> float | None:
+    """The longest a call of `policy` may take when each try takes at most `timeout_s`.
+
+    Every try, plus the longest wait before each retry; None without a timeout.
+    """
+    if timeout_s is None:
+        return None
+    return policy.attempts * timeout_s + policy.max_retries * policy.max_delay_s
+
+
 def connection_error(exc: httpx.RequestError) -> APIConnectionError:
     """The package's error for a request that got no HTTP answer."""
-    url = ""
+    where = ""
     with contextlib.suppress(RuntimeError):  # RuntimeError: no request attached
-        url = f" ({exc.request.method} {exc.request.url})"
+        where = f" ({describe_request(exc.request)})"
     detail = str(exc) or type(exc).__name__
     if isinstance(exc, httpx.TimeoutException):
-        return APITimeoutError(f"request timed out{url}: {detail}")
-    return APIConnectionError(f"no answer from the server{url}: {detail}")
+        return APITimeoutError(f"request timed out{where}: {detail}")
+    return APIConnectionError(f"no answer from the server{where}: {detail}")
 
 
 def send_with_retries(
-    http: httpx.Client, request: WireRequest, policy: RetryPolicy
-) -> httpx.Response:
+    http: httpx.Client, request: WireRequest, policy: RetryPolicy, limits: AnswerLimits
+) -> Reply:
     """Send `request` on a blocking pool, repeated as `policy` allows; the final answer.
 
+    Each try's whole exchange is bounded by `limits.timeout_s`, the call by
+    `call_deadline_s`, the answer by `limits.max_bytes` (see `_exchange`).
     Any answer is returned, error statuses included (the caller reads them);
     APIConnectionError (or APITimeoutError) when the last try got none.
     """
+    deadline_s = call_deadline_s(policy, limits.timeout_s)
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     try:
         return policy.call(
-            lambda: http.request(**request.send_options()), statuses=request.retry_statuses
+            lambda: exchange(http, request, limits, deadline),
+            statuses=request.retry_statuses,
+            method=request.method,
+            path=request.path,
+            deadline_s=deadline_s,
         )
     except httpx.RequestError as exc:
         raise connection_error(exc) from exc
 
 
 async def asend_with_retries(
-    http: httpx.AsyncClient, request: WireRequest, policy: RetryPolicy
-) -> httpx.Response:
-    """`send_with_retries` on an asyncio pool: the same tries, the same waits."""
+    http: httpx.AsyncClient, request: WireRequest, policy: RetryPolicy, limits: AnswerLimits
+) -> Reply:
+    """`send_with_retries` on an asyncio pool: the same tries, the same waits and bounds."""
+    deadline_s = call_deadline_s(policy, limits.timeout_s)
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     try:
         return await policy.acall(
-            lambda: http.request(**request.send_options()), statuses=request.retry_statuses
+            lambda: aexchange(http, request, limits, deadline),
+            statuses=request.retry_statuses,
+            method=request.method,
+            path=request.path,
+            deadline_s=deadline_s,
         )
     except httpx.RequestError as exc:
         raise connection_error(exc) from exc

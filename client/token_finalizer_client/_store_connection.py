@@ -2,11 +2,15 @@
 
 `StoreEndpoint` is the one place where a pool to a store gets its base URL,
 headers (bearer token, compression), timeouts and limits: the writer sink,
-the lineage resolver and the service's `http` source all open theirs from it,
+the lineage resolver, the capture ledger, the staging sink and source
+(`_blocking_store`) and the service's `http` source all open theirs from it,
 each with its own numbers. `StoreConnection` is the sink's and the resolver's
 shared base: built by a NeMo Gym model server from keyword arguments, it opens
-its pool on first use (inside the server's event loop), retries by the
-package's one policy, and never shows its token.
+its pool on first use (inside the server's event loop), sizes it for the
+server's concurrency (256 connections, all kept alive, by default), sends every
+call through the package's one retry policy with each try's whole exchange
+bounded by `timeout` and each answer by `DEFAULT_STORE_MAX_ANSWER_BYTES`, and
+never shows its token.
 """
 
 from __future__ import annotations
@@ -22,11 +26,16 @@ from token_finalizer_client._constants import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_KEEPALIVE,
     DEFAULT_MAX_RETRIES,
+    DEFAULT_STORE_MAX_ANSWER_BYTES,
+    DEFAULT_STORE_MAX_CONNECTIONS,
+    DEFAULT_STORE_MAX_KEEPALIVE,
     DEFAULT_STORE_TIMEOUT_S,
 )
+from token_finalizer_client._deadline import bound_by_deadlines
 from token_finalizer_client._exceptions import FinalizerError
-from token_finalizer_client._retry import RetryPolicy
-from token_finalizer_client._wire import default_headers
+from token_finalizer_client._exchange import AnswerLimits, Reply
+from token_finalizer_client._retry import RetryPolicy, asend_with_retries
+from token_finalizer_client._wire import WireRequest, default_headers
 
 __all__ = ["StoreConnection", "StoreEndpoint"]
 
@@ -85,9 +94,30 @@ class StoreEndpoint:
             transport=transport,
         )
 
+    def open_blocking(self, transport: httpx.BaseTransport | None = None) -> httpx.Client:
+        """A new blocking connection pool to this store, safe to share between threads.
+
+        Every socket operation of a try ends by the try's deadline (`_deadline`).
+        """
+        pool = httpx.Client(
+            base_url=self.url,
+            headers=self.headers,
+            timeout=self.timeout,
+            limits=self.limits,
+            transport=transport,
+        )
+        bound_by_deadlines(pool)
+        return pool
+
 
 class StoreConnection:
-    """The pooled, retried HTTP connection to one capture store."""
+    """The pooled, retried, bounded HTTP connection to one capture store.
+
+    `timeout` bounds each try's whole exchange (connect, send, every byte of
+    the answer); a call takes at most its tries plus the waits between them.
+    `max_connections` and `max_keepalive` size the pool for the model
+    server's concurrency.
+    """
 
     def __init__(
         self,
@@ -96,13 +126,27 @@ class StoreConnection:
         token: str | None = None,
         timeout: float = DEFAULT_STORE_TIMEOUT_S,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        max_connections: int = DEFAULT_STORE_MAX_CONNECTIONS,
+        max_keepalive: int = DEFAULT_STORE_MAX_KEEPALIVE,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._retry = RetryPolicy(max_retries)
         self.max_retries = max_retries
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
-        self._endpoint = StoreEndpoint.create(url, token=token, timeout_s=timeout)
+        if max_connections < 1 or not 0 <= max_keepalive <= max_connections:
+            raise ValueError(
+                "the pool needs max_connections >= 1 and 0 <= max_keepalive <= max_connections, "
+                f"got {max_connections} and {max_keepalive}"
+            )
+        self._endpoint = StoreEndpoint.create(
+            url,
+            token=token,
+            timeout_s=timeout,
+            max_connections=max_connections,
+            max_keepalive=max_keepalive,
+        )
+        self._limits = AnswerLimits(timeout_s=timeout, max_bytes=DEFAULT_STORE_MAX_ANSWER_BYTES)
         self.url = self._endpoint.url
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -118,6 +162,10 @@ class StoreConnection:
             # Created on first use, inside the model server's event loop.
             self._client = self._endpoint.open(self._transport)
         return self._client
+
+    async def _call(self, request: WireRequest) -> Reply:
+        """`request` sent through the retry policy, its answer read whole within the limits."""
+        return await asend_with_retries(self._http(), request, self._retry, self._limits)
 
     async def close(self) -> None:
         """Close the connection pool; safe to call twice."""

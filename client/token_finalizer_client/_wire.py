@@ -2,17 +2,15 @@
 
 Kept apart from the transports so the sync client, the async client and the
 sink build byte-identical requests (`WireRequest`) and map answers to results
-and errors the same way; the transports only send and sleep.
+and errors the same way; the transports only send and sleep. Answers arrive
+as `Reply` objects (`_exchange`): read whole, decoded, within the limits.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from token_finalizer_client._constants import (
     ACCEPT_ENCODING,
@@ -21,9 +19,12 @@ from token_finalizer_client._constants import (
     RUN_ID_HEADER,
     USER_AGENT,
 )
-from token_finalizer_client._exceptions import FinalizerError, error_for_status
-from token_finalizer_client._json import loads
+from token_finalizer_client._exceptions import InvalidAnswerError, error_for_status
+from token_finalizer_client._json import dumps, loads
 from token_finalizer_client._types import Finalized, Readiness
+
+if TYPE_CHECKING:  # `_exchange` sends WireRequests: imported for annotations only
+    from token_finalizer_client._exchange import Reply
 
 __all__ = [
     "HEALTH_REQUEST",
@@ -72,18 +73,9 @@ def default_headers(token: str | None, run_id: str | None) -> dict[str, str]:
     return headers
 
 
-def _plain(value: Any) -> Any:
-    # Arrays from numpy (or anything with the same method) become lists, without
-    # this package having to import numpy.
-    to_list = getattr(value, "tolist", None)
-    if callable(to_list):
-        return to_list()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
 def encode_json(payload: Any) -> bytes:
-    """Compact JSON (the stdlib's C encoder; no spaces to send)."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=_plain).encode()
+    """Compact JSON: orjson when installed, the same bytes from the stdlib otherwise (`_json`)."""
+    return dumps(payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +100,7 @@ class WireRequest:
         return cls(method, path, encode_json(payload), params)
 
     def send_options(self) -> dict[str, Any]:
-        """Keyword arguments of httpx's `Client.request` and `AsyncClient.request`."""
+        """Keyword arguments of httpx's `build_request` (either pool)."""
         return {
             "method": self.method,
             "url": self.path,
@@ -123,43 +115,43 @@ HEALTH_REQUEST = WireRequest("GET", "/health")
 READY_REQUEST = WireRequest("GET", "/ready", retry_statuses=frozenset())
 
 
-def decode_body(response: httpx.Response) -> Any:
-    """The parsed JSON body (httpx already undid zstd), the text when it is not JSON.
+def decode_body(reply: Reply) -> Any:
+    """The parsed JSON body (already decompressed), the text when it is not JSON.
 
     orjson parses it when installed, the stdlib otherwise (see `_json`).
     """
-    content = response.content
+    content = reply.content
     if not content:
         return None
     try:
         return loads(content)
     except ValueError:
-        return response.text
+        return reply.text
 
 
-def parse_answer(response: httpx.Response) -> Any:
+def parse_answer(reply: Reply) -> Any:
     """The JSON body of a 2xx answer; the matching APIStatusError for any other."""
-    return _successful(response, decode_body(response))
+    return _successful(reply, decode_body(reply))
 
 
-def _successful(response: httpx.Response, body: Any) -> Any:
+def _successful(reply: Reply, body: Any) -> Any:
     """`body` of a 2xx answer, when it is JSON; the matching error otherwise."""
-    if not response.is_success:
-        raise error_for_status(response.status_code, body)
+    if not reply.is_success:
+        raise error_for_status(reply.status_code, body)
     if isinstance(body, str):
-        raise FinalizerError(
-            f"{response.request.method} {response.request.url} answered {response.status_code} "
+        raise InvalidAnswerError(
+            f"{reply.request} answered {reply.status_code} "
             f"with a body that is not JSON: {body[:200]!r}"
         )
     return body
 
 
-def read_object(response: httpx.Response) -> dict[str, Any]:
+def read_object(reply: Reply) -> dict[str, Any]:
     """The JSON object of a 2xx answer; the matching error for any other answer or body."""
-    body = parse_answer(response)
+    body = parse_answer(reply)
     if not isinstance(body, dict):
-        raise FinalizerError(
-            f"{response.request.method} {response.request.url} answered {response.status_code} "
+        raise InvalidAnswerError(
+            f"{reply.request} answered {reply.status_code} "
             f"with JSON that is not an object: {body!r:.200}"
         )
     return body
@@ -178,38 +170,38 @@ def finalize_request(record: dict[str, Any], source: str | None) -> WireRequest:
     return WireRequest.json("POST", "/finalize", record, params=finalize_params(source))
 
 
-def read_finalized(response: httpx.Response, *, as_numpy: bool = False) -> Finalized:
+def read_finalized(reply: Reply, *, as_numpy: bool = False) -> Finalized:
     """A `/finalize` answer as a `Finalized`; the matching error for any other answer.
 
     The compact token form is expanded here (as numpy arrays with `as_numpy`).
     """
-    return Finalized.from_answer(parse_answer(response), as_numpy=as_numpy)
+    return Finalized.from_answer(parse_answer(reply), as_numpy=as_numpy)
 
 
-def read_readiness(response: httpx.Response) -> Readiness:
+def read_readiness(reply: Reply) -> Readiness:
     """A `/ready` answer: 200 ready, 503 not ready (both with details); others raise."""
-    if response.status_code not in (200, 503):
-        parse_answer(response)  # raises the matching error for any other failure
-    body = decode_body(response)
+    if reply.status_code not in (200, 503):
+        parse_answer(reply)  # raises the matching error for any other failure
+    body = decode_body(reply)
     if not isinstance(body, dict):
-        raise FinalizerError(f"/ready answered {response.status_code} without a JSON object")
-    return Readiness(ready=response.status_code == 200, status_code=response.status_code, body=body)
+        raise InvalidAnswerError(f"/ready answered {reply.status_code} without a JSON object")
+    return Readiness(ready=reply.status_code == 200, status_code=reply.status_code, body=body)
 
 
-def read_retired(response: httpx.Response) -> bool:
+def read_retired(reply: Reply) -> bool:
     """The `retired` flag of a `/retire` answer; the matching error for any other answer.
 
     A 409 with `"retired": false` is an answer, not an error: the ticket is
     genuine but the store moved on since (a later write), so nothing was
     retired and nothing is lost.
     """
-    body = decode_body(response)
-    if response.status_code == 409 and isinstance(body, dict) and body.get("retired") is False:
+    body = decode_body(reply)
+    if reply.status_code == 409 and isinstance(body, dict) and body.get("retired") is False:
         return False
-    body = _successful(response, body)
+    body = _successful(reply, body)
     retired = body.get("retired") if isinstance(body, dict) else None
     if not isinstance(retired, bool):
-        raise FinalizerError(f"the retire answer is not {{'retired': bool}}: {body!r:.200}")
+        raise InvalidAnswerError(f"the retire answer is not {{'retired': bool}}: {body!r:.200}")
     return retired
 
 

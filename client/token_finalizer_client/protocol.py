@@ -8,9 +8,9 @@ a capture store and the finalizer is defined here once:
 - fingerprints v2 (`assistant_fingerprint`, `conversation_digest`,
   `context_digests`, stamped `FINGERPRINT_VERSION`), bit-exact with NeMo Gym
   0.7 (docs/records-and-builds.md#fingerprints);
-- the store id rule for rollout ids and model call ids (`check_rollout_id`,
+- the store id rules for rollout ids and model call ids (`check_rollout_id`,
   `check_call_id`, `MAX_ID_LENGTH`; docs/records-and-builds.md#store-id-rule);
-- the paths of protocol v1 (`rollout_path`, `ROLLOUT_ROUTE`;
+- the paths of protocol v1 (`rollout_path`, `call_path`, `ROLLOUT_ROUTE`;
   docs/store-protocol.md#paths).
 
 The HTTP side (retry policy, store connections) is `token_finalizer_client.transport`.
@@ -23,6 +23,7 @@ from token_finalizer_client._addressing import (
     ROLLOUT_ROUTE,
     ROLLOUT_SEGMENT,
     InvalidIdError,
+    call_path,
     check_call_id,
     check_rollout_id,
     rollout_path,
@@ -48,6 +49,7 @@ __all__ = [
     "FingerprintError",
     "InvalidIdError",
     "assistant_fingerprint",
+    "call_path",
     "canonical_arguments",
     "canonical_json",
     "check_call_id",

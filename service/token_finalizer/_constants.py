@@ -9,9 +9,22 @@ from __future__ import annotations
 
 from typing import Final
 
+# Configuration files: deepest nesting and most values (aliases expanded) accepted.
+# A real configuration is a few levels deep and holds a few hundred values.
+CONFIG_MAX_DEPTH = 64
+CONFIG_MAX_VALUES = 100_000
+# Longest duration a setting accepts, in seconds (ten years): a larger one
+# would overflow a socket timeout or a Redis expiry when the service uses it.
+MAX_SETTING_SECONDS = 10 * 365 * 24 * 3600
+# A retire key must hold at least this many bytes: a short one is recovered
+# offline from a single genuine ticket.
+MIN_RETIRE_KEY_BYTES = 32
+
 # TokenEntry records newer than this are refused: a newer schema may change what
 # a token field means, and guessing would train on wrong data.
 TOKEN_ENTRY_SCHEMA_VERSION = 1
+# ... and older than this too: NeMo Gym 0.7 refuses them (no writer ever produced one).
+TOKEN_ENTRY_MIN_SCHEMA_VERSION = 1
 
 # Rounding of the fractions reported in build metrics.
 FRACTION_DIGITS = 4
@@ -27,6 +40,9 @@ DEFAULT_STORE_PORT = 8100
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MASK_FRACTION_MIN_SAMPLES = 50
 DEFAULT_RUN_ID = "default"
+# Threshold of the service's and the client's log lines unless
+# TOKEN_FINALIZER_LOG_LEVEL says otherwise (retries are warnings).
+DEFAULT_LOG_LEVEL = "info"
 
 # A retired tombstone (and its version) is kept this long by default: it only
 # has to outlive the attempt's straggling writers (redis sources, store serve).
@@ -62,6 +78,9 @@ ZSTD_WINDOW_LOG = 22
 # zstd bodies that do not announce their size are fed to the decoder this many
 # compressed bytes at a time, so the size limit is checked every few MB of output.
 ZSTD_STREAM_INPUT_BYTES = 1024
+# gzip and deflate bodies are decoded at most this many bytes of output a step,
+# so a bomb is refused a step after it passes the size limit.
+INFLATE_STEP_BYTES = 1024 * 1024
 # Below this size compression costs more than it saves on loopback and LANs.
 ZSTD_MIN_BYTES = 1024
 # Uncompressed answers of at least this size are streamed in chunks of the
@@ -168,6 +187,17 @@ REDIS_PUT_ROUNDS = 4
 # Largest request body the store server reads (one TokenEntry per PUT; a
 # 100k-token prompt is under 1 MB of JSON).
 STORE_MAX_BODY_BYTES = 64 * 1024 * 1024
+# External staging (docs/staging.md#storage). Staged calls are immutable once
+# stored, so each process keeps the ones it parsed (the parents a new call's
+# custody check walks) by staging digest, up to this many token ids in all,
+# least recently used out first: ~24 bytes a token (ids, mask, log probs),
+# so about 100 MB, a 400-call chain of 500-token deltas 200k of them.
+STAGED_CACHE_MAX_TOKENS = 4_000_000
+# The file store keeps each rollout's ledger and staged-call index in the
+# process, read on from the last byte offset; at most this many rollouts.
+STAGING_INDEX_MAX_ROLLOUTS = 4096
+# A staged/fetch or staged/extras request names at most this many calls.
+STAGED_FETCH_MAX_KEYS = 100_000
 # Snapshots with at least this many tokens are encoded in a worker thread by
 # the store server, so other writers are not stalled meanwhile ...
 STORE_ENCODE_IN_THREAD_MIN_TOKENS = 200_000

@@ -3,24 +3,54 @@
 Messages may quote what peers sent (a store's error text, a record's id);
 encoding each line as JSON escapes newlines and quotes, so a hostile peer can
 never forge a log line of its own. Request lines carry their fields
-(method, path, status, ...) as keys of the same object.
+(method, path, status, ...) as keys of the same object, and so do the
+client package's retry warnings (method, path, attempt, wait_s, error): both
+put them in the record attribute `FIELDS_ATTRIBUTE`.
+
+Two loggers are ours: `token_finalizer` (the service) and
+`token_finalizer_client` (the client package, whose retry policy the
+service's http sources and the batch commands use). Both write JSON lines on
+stderr at the level `TOKEN_FINALIZER_LOG_LEVEL` names (default info), in the
+servers (`logging_config`, handed to uvicorn) and in every CLI command
+(`cli_logging`); see docs/configuration.md#logs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+import os
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
+from token_finalizer._constants import DEFAULT_LOG_LEVEL
 from token_finalizer.core.redaction import redact
 
-__all__ = ["FIELDS_ATTRIBUTE", "JsonFormatter", "logging_config"]
+# The package root, not `transport`: these two names load no HTTP library.
+from token_finalizer_client import LOG_FIELDS_ATTRIBUTE, LOGGER_NAME
 
-# `logger.info(..., extra={FIELDS_ATTRIBUTE: {...}})` merges those keys into the line.
-FIELDS_ATTRIBUTE = "json_fields"
+__all__ = [
+    "CLIENT_LOGGER",
+    "FIELDS_ATTRIBUTE",
+    "LOG_LEVEL_ENV_VAR",
+    "SERVICE_LOGGER",
+    "JsonFormatter",
+    "cli_logging",
+    "log_level",
+    "logging_config",
+]
+
+# `logger.info(..., extra={FIELDS_ATTRIBUTE: {...}})` merges those keys into the line
+# (the client package's attribute, so its retry warnings come out the same way).
+FIELDS_ATTRIBUTE = LOG_FIELDS_ATTRIBUTE
+SERVICE_LOGGER = "token_finalizer"
+CLIENT_LOGGER = LOGGER_NAME
+LOG_LEVEL_ENV_VAR = "TOKEN_FINALIZER_LOG_LEVEL"
+_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 class JsonFormatter(logging.Formatter):
@@ -41,10 +71,26 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+def log_level(environ: Mapping[str, str] | None = None) -> str:
+    """The level `TOKEN_FINALIZER_LOG_LEVEL` names (upper case, for logging); ValueError if none."""
+    env = os.environ if environ is None else environ
+    value = env.get(LOG_LEVEL_ENV_VAR, "").strip().lower() or DEFAULT_LOG_LEVEL
+    if value not in _LEVELS:
+        raise ValueError(
+            f"{LOG_LEVEL_ENV_VAR}={value[:40]!r} is not a log level; "
+            f"use one of {', '.join(_LEVELS)}"
+        )
+    return value.upper()
+
+
 def logging_config(*, access_logger: str | None = None) -> dict[str, Any]:
-    """uvicorn's logging, every line JSON: requests on stdout, everything else on stderr."""
+    """uvicorn's logging, every line JSON: requests on stdout, everything else on stderr.
+
+    ValueError when `TOKEN_FINALIZER_LOG_LEVEL` names no level.
+    """
     from uvicorn.config import LOGGING_CONFIG
 
+    level = log_level()
     config = copy.deepcopy(LOGGING_CONFIG)
     json_formatter = {"()": f"{__name__}.JsonFormatter"}
     config["formatters"] = {"json": json_formatter}
@@ -65,7 +111,9 @@ def logging_config(*, access_logger: str | None = None) -> dict[str, Any]:
         "uvicorn.error": {"level": "INFO"},
         # Our own request lines replace uvicorn's access log (which would log probes too).
         "uvicorn.access": {"handlers": [], "level": "WARNING", "propagate": False},
-        "token_finalizer": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+        SERVICE_LOGGER: {"handlers": ["stderr"], "level": level, "propagate": False},
+        # The retry policy's warnings (the http sources' retries) come from here.
+        CLIENT_LOGGER: {"handlers": ["stderr"], "level": level, "propagate": False},
     }
     if access_logger is not None:
         config["loggers"][access_logger] = {
@@ -74,3 +122,28 @@ def logging_config(*, access_logger: str | None = None) -> dict[str, Any]:
             "propagate": False,
         }
     return config
+
+
+@contextlib.contextmanager
+def cli_logging(level: str) -> Iterator[None]:
+    """Within the block, our two loggers write JSON lines on stderr at `level` (a CLI command).
+
+    `level` comes from `log_level()`. Each logger is left as it was found
+    afterwards (a command run in-process, as tests do, changes nothing for
+    the next one); the servers replace this with `logging_config` when they
+    start. Records still propagate: an application that configured the root
+    logger sees them there too.
+    """
+    handler = logging.StreamHandler()  # sys.stderr as it is when the block starts
+    handler.setFormatter(JsonFormatter())
+    loggers = [logging.getLogger(name) for name in (SERVICE_LOGGER, CLIENT_LOGGER)]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(level)
+    try:
+        yield
+    finally:
+        for logger, previous in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(previous)

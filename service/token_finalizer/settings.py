@@ -3,7 +3,9 @@
 The path comes from `--config` or `TOKEN_FINALIZER_CONFIG`; `${VAR}` inside any
 string value is read from the environment. With no file the defaults run: one
 `file` source named `local` in `./capture`. An invalid file fails at start-up
-with a message naming the offending key.
+with a message naming the offending key; so does a file with a key twice in
+one mapping, nested too deep or expanding to too many values (`_config_yaml`),
+and an environment override that would switch the file's auth off.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from token_finalizer._config_yaml import (
+    ConfigShapeError,
+    check_shape,
+    load_config_yaml,
+    yaml_problem,
+)
 from token_finalizer._constants import (
     DEFAULT_CAPTURE_DIR,
     DEFAULT_GUARD_KEY_PREFIX,
@@ -29,6 +37,8 @@ from token_finalizer._constants import (
     DEFAULT_ON_UNREACHABLE,
     DEFAULT_RETIRED_TTL_S,
     DEFAULT_SOURCE_NAME,
+    MAX_SETTING_SECONDS,
+    MIN_RETIRE_KEY_BYTES,
 )
 from token_finalizer.core.store_urls import check_key_prefix, check_redis_seeds, check_redis_url
 
@@ -64,7 +74,9 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No infinity or NaN anywhere: `.inf` seconds pass `> 0` and then overflow
+    # a socket timeout or a Redis expiry at start-up.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class TokenIdCaptureSettings(_Strict):
@@ -123,7 +135,7 @@ class SourceSettings(_Strict):
     dir: str | None = None
     url: str | None = None
     token: str | None = None
-    timeout_s: float = Field(default=DEFAULT_HTTP_TIMEOUT_S, gt=0)
+    timeout_s: float = Field(default=DEFAULT_HTTP_TIMEOUT_S, gt=0, le=MAX_SETTING_SECONDS)
     # redis only: prefix of every key, and how long retired tombstones and
     # never-frozen captures nobody writes to are kept (null: forever).
     key_prefix: str | None = None
@@ -132,8 +144,8 @@ class SourceSettings(_Strict):
     urls: tuple[str, ...] | None = None
     cluster: bool = False
     min_replicas_acked: int = Field(default=0, ge=0)
-    retired_ttl_s: float | None = Field(default=DEFAULT_RETIRED_TTL_S, gt=0)
-    abandoned_ttl_s: float | None = Field(default=None, gt=0)
+    retired_ttl_s: float | None = Field(default=DEFAULT_RETIRED_TTL_S, gt=0, le=MAX_SETTING_SECONDS)
+    abandoned_ttl_s: float | None = Field(default=None, gt=0, le=MAX_SETTING_SECONDS)
     # A store that cannot be reached: answer 503 so the harness retries (nothing
     # was frozen), or mask the record. docs/configuration.md#sources
     on_unreachable: Literal["retry", "mask"] = DEFAULT_ON_UNREACHABLE
@@ -195,11 +207,22 @@ class RetireSettings(_Strict):
     # HMAC key of retire tickets; the same secret on every replica and worker.
     key: str | None = None
 
-    @model_validator(mode="after")
-    def _no_empty_key(self) -> RetireSettings:
-        if self.key is not None and not self.key:
-            raise ValueError("retire.key is empty; leave it out to use a per-process key")
-        return self
+    @field_validator("key")
+    @classmethod
+    def _long_enough(cls, key: str | None) -> str | None:
+        if key is None:
+            return None
+        if not key:
+            raise ValueError("is empty; leave it out to use a per-process key")
+        size = len(key.encode())
+        if size < MIN_RETIRE_KEY_BYTES:
+            # One genuine ticket lets anyone search a short key offline.
+            raise ValueError(
+                f"holds {size} bytes; at least {MIN_RETIRE_KEY_BYTES} bytes of secret are "
+                "required (make one with: python3 -c 'import secrets; "
+                "print(secrets.token_hex(32))')"
+            )
+        return key
 
 
 class GuardSettings(_Strict):
@@ -210,9 +233,10 @@ class GuardSettings(_Strict):
     # Prefix of the guard's keys (one hash per run: `<prefix>run:<run id>`).
     key_prefix: str = DEFAULT_GUARD_KEY_PREFIX
     # A run's counts expire this long after its last counted finalize (sliding).
-    run_ttl_s: float = Field(default=DEFAULT_GUARD_RUN_TTL_S, gt=0)
-    # Per Redis command; past it the finalize goes on unguarded (fail open).
-    timeout_s: float = Field(default=DEFAULT_GUARD_TIMEOUT_S, gt=0)
+    run_ttl_s: float = Field(default=DEFAULT_GUARD_RUN_TTL_S, gt=0, le=MAX_SETTING_SECONDS)
+    # Each Redis operation's deadline, retries included; past it the finalize goes on
+    # unguarded (fail open).
+    timeout_s: float = Field(default=DEFAULT_GUARD_TIMEOUT_S, gt=0, le=MAX_SETTING_SECONDS)
 
     @field_validator("redis", mode="before")
     @classmethod
@@ -319,14 +343,19 @@ def _describe(error: ValidationError) -> str:
     return "invalid configuration: " + "; ".join(problems)
 
 
-def _override_value(text: str) -> Any:
+def _override_value(name: str, text: str) -> Any:
     # Lists and mappings (`["a","b"]`, `{"kind": "file"}`) are read as JSON; any
     # other value stays a string and is converted by the field's own type.
     if text.startswith(("[", "{")):
         try:
-            return json.loads(text)
-        except ValueError:
-            raise ConfigError(f"environment override {text!r} is not valid JSON") from None
+            value = json.loads(text)
+        except (ValueError, RecursionError):
+            raise ConfigError(f"environment override {name} is not valid JSON") from None
+        try:
+            check_shape(value, what=f"environment override {name}")
+        except ConfigShapeError as exc:
+            raise ConfigError(str(exc)) from None
+        return value
     return text
 
 
@@ -345,8 +374,31 @@ def _environment_overrides(env: Mapping[str, str]) -> dict[str, Any]:
             if not isinstance(child, dict):
                 raise ConfigError(f"environment override {name}: {part} is set as a value too")
             node = child
-        node[path[-1]] = _override_value(text)
+        node[path[-1]] = _override_value(name, text)
     return overrides
+
+
+_AUTH_OVERRIDE = f"{OVERRIDE_PREFIX}AUTH"
+
+
+def _bearer_tokens(data: Any) -> Any:
+    auth = data.get("auth") if isinstance(data, dict) else None
+    return auth.get("bearer_tokens") if isinstance(auth, dict) else None
+
+
+def _check_auth_kept(data: Any, merged: Any, env: Mapping[str, str]) -> None:
+    """ConfigError when environment overrides switch off the auth the file turns on.
+
+    `TOKEN_FINALIZER__AUTH__BEARER_TOKENS='[]'` left in a container's
+    environment would otherwise open the service silently.
+    """
+    if not _bearer_tokens(data) or _bearer_tokens(merged):
+        return
+    names = sorted(name for name in env if name.upper().startswith(_AUTH_OVERRIDE))
+    raise ConfigError(
+        f"environment variable {', '.join(names)} switches off the auth.bearer_tokens the "
+        "configuration sets; unset it (to run without auth, remove auth from the configuration)"
+    )
 
 
 def _merged(base: Any, overrides: Mapping[str, Any]) -> Any:
@@ -369,7 +421,13 @@ def settings_from_mapping(data: Any, env: Mapping[str, str] | None = None) -> Se
         data = {}
     if not isinstance(data, dict):
         raise ConfigError("invalid configuration: the top level must be a mapping")
-    data = _merged(_interpolate(data, env, ""), _environment_overrides(env))
+    try:
+        check_shape(data)
+    except ConfigShapeError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+    interpolated = _interpolate(data, env, "")
+    data = _merged(interpolated, _environment_overrides(env))
+    _check_auth_kept(interpolated, data, env)
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
@@ -393,7 +451,9 @@ def load_settings(
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {path}: {exc.strerror or exc}") from None
     try:
-        data = _restore_variables(yaml.safe_load(_hide_variables(text)))
+        data = _restore_variables(load_config_yaml(_hide_variables(text)))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"configuration {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"configuration {path} is not valid YAML: {yaml_problem(exc)}") from None
+    except ConfigShapeError as exc:
+        raise ConfigError(f"configuration {path}: {exc}") from None
     return settings_from_mapping(data, env)

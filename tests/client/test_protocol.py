@@ -13,12 +13,27 @@ from token_finalizer_client.protocol import (
     MAX_ID_LENGTH,
     ROLLOUT_ROUTE,
     InvalidIdError,
+    call_path,
     check_call_id,
     check_rollout_id,
     rollout_path,
 )
 
 _UNSAFE_IDS = ["", ".", "..", "a/b", "a\\b", "a%2Fb", "a b", "a\x00b", "ａｂ", "é", "a\nb", None, 3]
+# Call ids engines and harnesses use, all accepted by NeMo Gym 0.7.
+_ENGINE_CALL_IDS = [
+    "chatcmpl-9f86d081884c7d659a2feaa0c55ad015",
+    "agent:3/call-7",
+    "resp_abc:def",
+    "a b",
+    "50%2F",
+    ".",
+    "..",
+    "../etc/passwd",
+    "é-ü-調用",
+    "a\u2028b",
+    "  padded  ",
+]
 
 
 def _loaded_after(statement: str) -> list[str]:
@@ -41,10 +56,25 @@ def test_rollout_ids_outside_the_safe_alphabet_are_refused(bad: object) -> None:
         check_rollout_id(bad)
 
 
-@pytest.mark.parametrize("bad", _UNSAFE_IDS)
-def test_call_ids_outside_the_safe_alphabet_are_refused(bad: object) -> None:
-    """A model call id follows the same rule as a rollout id today."""
+@pytest.mark.parametrize("call_id", _ENGINE_CALL_IDS)
+def test_call_ids_engines_use_are_accepted_unchanged(call_id: str) -> None:
+    """Colons, slashes, spaces, `%`, dots and non-ASCII letters: any id 0.7 accepts passes."""
+    assert check_call_id(call_id) == call_id
+
+
+@pytest.mark.parametrize("bad", ["", None, 3, b"c1"])
+def test_call_ids_that_are_not_a_non_empty_string_are_refused(bad: object) -> None:
+    """An empty call id, or one that is not a string, is refused."""
     with pytest.raises(InvalidIdError, match="must be a non-empty string"):
+        check_call_id(bad)
+
+
+@pytest.mark.parametrize(
+    "bad", ["a\x00b", "a\nb", "a\rb", "tab\there", "del\x7f", "c1\x85", "\ud800"]
+)
+def test_call_ids_with_control_characters_or_lone_surrogates_are_refused(bad: str) -> None:
+    """C0 and C1 controls, DEL and lone surrogates are refused, naming the character."""
+    with pytest.raises(InvalidIdError, match="control characters and lone surrogates"):
         check_call_id(bad)
 
 
@@ -69,9 +99,16 @@ def test_an_id_one_character_too_long_is_refused_with_its_length() -> None:
 def test_a_huge_unsafe_id_is_not_echoed_whole() -> None:
     """An unsafe id over the limit is shown cut at the limit, with '...'."""
     with pytest.raises(InvalidIdError) as refused:
-        check_call_id("/" * 1000)
-    expected = f"model_call_id '{'/' * 200}...' must be a non-empty string of ASCII letters, "
+        check_rollout_id("/" * 1000)
+    expected = f"rollout_id '{'/' * 200}...' must be a non-empty string of ASCII letters, "
     assert str(refused.value).startswith(expected)
+
+
+def test_a_call_id_one_character_too_long_is_refused_with_its_length() -> None:
+    """A call id is bounded like a rollout id: 201 characters are refused, saying so."""
+    with pytest.raises(InvalidIdError) as refused:
+        check_call_id("/" * 201)
+    assert str(refused.value) == "model_call_id is 201 characters long; at most 200 are accepted"
 
 
 def test_the_message_names_the_field_it_was_given() -> None:
@@ -100,6 +137,30 @@ def test_rollout_path_checks_the_id_first() -> None:
     """An unsafe rollout id never becomes part of a path."""
     with pytest.raises(InvalidIdError):
         rollout_path("../x", "freeze")
+
+
+@pytest.mark.parametrize(
+    ("call_id", "segment"),
+    [
+        ("c1", "c1"),
+        ("agent:3/call-7", "agent%3A3%2Fcall-7"),
+        ("50%2F", "50%252F"),
+        ("a b?#", "a%20b%3F%23"),
+        ("é", "%C3%A9"),
+        (".", "%2E"),
+        ("..", "%2E%2E"),
+    ],
+)
+def test_call_path_percent_encodes_the_call_id_into_one_segment(call_id: str, segment: str) -> None:
+    """Every reserved character is encoded, and `.`/`..` too (URL normalization eats them)."""
+    assert call_path("r-1", call_id) == f"/ng-rollout/r-1/training-token-capture/calls/{segment}"
+
+
+def test_call_path_checks_both_ids_first() -> None:
+    """Neither an unsafe rollout id nor a call id with a control character becomes a path."""
+    for rollout_id, call_id in (("../x", "c1"), ("r-1", "a\nb")):
+        with pytest.raises(InvalidIdError):
+            call_path(rollout_id, call_id)
 
 
 def test_the_route_template_is_the_path_prefix() -> None:

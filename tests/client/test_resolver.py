@@ -21,6 +21,7 @@ import httpx
 import pytest
 import zstandard
 
+from tests.client.test_cumulative import compact
 from tests.support.servers import free_port
 from token_finalizer_client import (
     HttpLineageResolver,
@@ -40,6 +41,8 @@ ITEMS = [
 ]
 MATCH = {"model_call_id": "call-1", "cumulative_token_ids": [1, 2, 3], "digest": "d", "prev_len": 3}
 RESOLVED = {"status": "resolved", "reason": "", "match": MATCH}
+# A match without its ids, to carry them in the compact form.
+COMPACT_MATCH = {"model_call_id": "call-1", "digest": "d", "prev_len": 3}
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -94,6 +97,13 @@ async def test_request_carries_fingerprint_and_prefix_digests() -> None:
     }
 
 
+async def test_request_asks_for_the_compact_token_form() -> None:
+    """Every resolve asks for the match's ids as base64 (`?tokens=compact`)."""
+    handler, seen = _answering(RESOLVED)
+    await _resolve(handler)
+    assert dict(seen[0].url.params) == {"tokens": "compact"}
+
+
 async def test_request_asks_for_zstd_and_sends_the_token() -> None:
     """Every resolve accepts zstd answers and carries the bearer token."""
     handler, seen = _answering(RESOLVED)
@@ -120,6 +130,26 @@ async def test_resolved_answer_becomes_a_match() -> None:
     assert resolution == LineageResolution(
         ResolutionStatus.RESOLVED, LineageMatch("call-1", (1, 2, 3), "d", 3), ""
     )
+
+
+@pytest.mark.parametrize(
+    ("ids", "encoding"),
+    [([1, 2, 3], "u32le"), ([5, 2**63 + 5, 2**64 - 1], "u64le")],
+    ids=["u32le", "u64le"],
+)
+async def test_compact_answer_becomes_the_same_match(ids: list[int], encoding: str) -> None:
+    """A match in the compact form gives the same LineageMatch as the plain form would."""
+    match = {**COMPACT_MATCH, "prev_len": len(ids), **compact(ids, encoding)}
+    answer = {**RESOLVED, "match": match}
+    resolution = await _resolve(_answering(answer)[0])
+    assert resolution.match == LineageMatch("call-1", tuple(ids), "d", len(ids))
+
+
+async def test_a_long_reason_is_shortened() -> None:
+    """A store's reason of a million characters is kept to a short prefix."""
+    answer = {"status": "unresolved", "reason": "x" * 1_000_000, "match": None}
+    resolution = await _resolve(_answering(answer)[0])
+    assert resolution.reason.startswith("x" * 200) and len(resolution.reason) < 300
 
 
 async def test_unresolved_answer_keeps_its_reason() -> None:
@@ -195,6 +225,9 @@ async def test_status_is_gyms_enum_when_gym_is_loaded(monkeypatch: pytest.Monkey
         (200, {**RESOLVED, "match": {**MATCH, "prev_len": 2}}),
         (200, {**RESOLVED, "match": {**MATCH, "model_call_id": ""}}),
         (200, {**RESOLVED, "match": {**MATCH, "digest": 5}}),
+        (200, {**RESOLVED, "match": {**MATCH, **compact([1, 2, 3])}}),
+        (200, {**RESOLVED, "match": {**COMPACT_MATCH, **compact([1, 2, 3], length=4)}}),
+        (200, {**RESOLVED, "match": {**COMPACT_MATCH, **compact([1, 2]), "prev_len": 3}}),
     ],
     ids=[
         "500",
@@ -216,6 +249,9 @@ async def test_status_is_gyms_enum_when_gym_is_loaded(monkeypatch: pytest.Monkey
         "prev-len-not-the-length",
         "empty-call-id",
         "digest-not-text",
+        "compact-and-plain",
+        "compact-length-not-the-data",
+        "compact-prev-len-not-the-length",
     ],
 )
 async def test_refusals_and_garbage_are_lookup_errors(status: int, body: Any) -> None:

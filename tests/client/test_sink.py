@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import uuid
@@ -226,23 +227,39 @@ async def test_numpy_token_arrays_are_sent_as_lists(
     ("call", "args"),
     [
         ("put", (make_entry("a/b", "c1", [1], [2]),)),
-        ("put", (make_entry("r1", "..", [1], [2]),)),
+        ("put", (make_entry("r1", "c\n1", [1], [2]),)),
         ("put", ({"model_call_id": "c1"},)),
         ("begin_call", ("r 1", "c1")),
-        ("begin_call", ("r1", "é")),
+        ("begin_call", ("r1", "")),
         ("mark_incomplete", ("..", "")),
-        ("mark_incomplete", ("r1", "c%2F1")),
+        ("mark_incomplete", ("r1", "c\x001")),
     ],
-    ids=["slash", "dots-call", "no-rollout", "space", "non-ascii", "dots", "escape"],
+    ids=["slash", "newline-call", "no-rollout", "space", "empty-call", "dots", "nul-call"],
 )
 async def test_unsafe_ids_are_refused_before_any_request(call: str, args: tuple) -> None:
     """An unsafe or missing id raises ValueError naming it, and nothing is sent."""
     sent: list[httpx.Request] = []
     transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200))
     async with HttpTokenSink(url="http://store.test", transport=transport) as sink:
-        with pytest.raises(ValueError, match="must be a non-empty string"):
+        with pytest.raises(ValueError, match=r"must be a non-empty string|control characters"):
             await getattr(sink, call)(*args)
     assert sent == []
+
+
+async def test_a_call_id_with_a_slash_is_put_percent_encoded() -> None:
+    """`agent:3/call-7` goes out as one encoded path segment, the body unchanged."""
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"stored": True})
+
+    async with HttpTokenSink(
+        url="http://store.test", transport=httpx.MockTransport(answer)
+    ) as sink:
+        await sink.put(make_entry("r1", "agent:3/call-7", [1], [2]))
+    assert sent[0].url.raw_path == b"/ng-rollout/r1/training-token-capture/calls/agent%3A3%2Fcall-7"
+    assert json.loads(sent[0].content)["model_call_id"] == "agent:3/call-7"
 
 
 async def test_entry_that_is_not_a_mapping_is_refused() -> None:

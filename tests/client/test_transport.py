@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from token_finalizer_client import transport
-from token_finalizer_client.transport import StoreEndpoint
+from token_finalizer_client.transport import StoreConnection, StoreEndpoint
 
 pytestmark = pytest.mark.anyio
 
@@ -79,3 +79,23 @@ def test_every_public_name_is_in_all() -> None:
     """The module's `__all__` lists exactly its public names."""
     public = {name for name in vars(transport) if not name.startswith("_")} - {"annotations"}
     assert public == set(transport.__all__)
+
+
+def test_store_connections_are_sized_for_a_model_servers_concurrency() -> None:
+    """A sink or resolver keeps up to 256 connections, all of them alive between calls."""
+    limits = StoreConnection(url="http://store.test")._endpoint.limits
+    assert (limits.max_connections, limits.max_keepalive_connections) == (256, 256)
+
+
+def test_store_connection_pool_size_is_a_keyword() -> None:
+    """A model server with other needs sizes the pool from its kwargs."""
+    connection = StoreConnection(url="http://s.test", max_connections=8, max_keepalive=4)
+    limits = connection._endpoint.limits
+    assert (limits.max_connections, limits.max_keepalive_connections) == (8, 4)
+
+
+@pytest.mark.parametrize(("connections", "keepalive"), [(0, 0), (4, 8), (4, -1)])
+def test_store_connection_refuses_a_pool_that_cannot_work(connections: int, keepalive: int) -> None:
+    """No connections at all, or more kept alive than allowed, fails at construction."""
+    with pytest.raises(ValueError, match="max_connections"):
+        StoreConnection(url="http://s.test", max_connections=connections, max_keepalive=keepalive)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.servers import free_port, running_process
@@ -118,7 +119,7 @@ def remote_finalizer(tmp_path: Path, store: str) -> Iterator[str]:
 def replicas(tmp_path: Path, store: str) -> Iterator[tuple[str, str]]:
     """Two `serve` replicas in front of the store, sharing one retire.key (docker-compose.yml)."""
     source = f'store: {{kind: http, url: "{store}"}}'
-    extra = "retire: {key: examples-shared-secret}\n"
+    extra = "retire: {key: examples-shared-secret-0123456789abc}\n"
     with (
         serving_finalizer(tmp_path, source, name="replica-a", extra=extra) as replica_a,
         serving_finalizer(tmp_path, source, name="replica-b", extra=extra) as replica_b,
@@ -181,6 +182,46 @@ def test_write_capture_file_refuses_a_second_run(tmp_path: Path, written: Path) 
     result = run_example("write_capture_file.py", "--dir", str(written), cwd=tmp_path)
     assert result.returncode == 1 and "another --rollout-id" in result.stderr
     assert stored_state(FileTokenStore(written), ROLLOUT).incomplete is False
+
+
+def _finalize_early(finalizer: str, rollout_id: str = ROLLOUT) -> None:
+    """POST /finalize for a rollout before its writer ran: the mistake item 8 is about."""
+    record = {"_ng_rollout_id": rollout_id, "response": {"output": []}}
+    answer = httpx.post(f"{finalizer}/finalize", json=record, timeout=30)
+    assert answer.json()["build"]["mask_reason"] == "empty_capture"
+
+
+def test_write_capture_file_says_a_finalized_id_is_frozen(tmp_path: Path, finalizer: str) -> None:
+    """Finalized before it was written: the writer says frozen, by whom unknown, and the way out."""
+    _finalize_early(finalizer)
+    directory = tmp_path / "capture"
+    result = run_example("write_capture_file.py", "--dir", str(directory), cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"rollout {ROLLOUT} is frozen" in result.stderr
+    assert "cannot tell who" in result.stderr
+    assert f"`token-finalizer store delete {ROLLOUT} --dir {directory}`" in result.stderr
+
+
+def test_the_store_delete_the_writer_names_frees_the_id(tmp_path: Path, finalizer: str) -> None:
+    """After the `store delete` the writer's message names, the same id is written again."""
+    _finalize_early(finalizer)
+    directory = tmp_path / "capture"
+    delete = [sys.executable, "-m", "token_finalizer.cli", "store", "delete", ROLLOUT]
+    subprocess.run([*delete, "--dir", str(directory), "--yes"], check=True, timeout=60)
+    ok(run_example("write_capture_file.py", "--dir", str(directory), cwd=tmp_path))
+    assert stored_state(FileTokenStore(directory), ROLLOUT).frozen is False
+
+
+def test_write_capture_http_says_a_finalized_id_is_frozen(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """Through a capture store too: the 409 is read as 'finalized', with `store delete` named."""
+    _finalize_early(remote_finalizer)
+    result = run_example("write_capture_http.py", "--store-url", store, cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"rollout {ROLLOUT} was finalized" in result.stderr
+    assert "cannot tell by whom" in result.stderr
+    assert f"`token-finalizer store delete {ROLLOUT} --dir DIR`" in result.stderr
 
 
 def test_finalize_with_client_writes_an_unmasked_record(
@@ -422,3 +463,32 @@ def test_quickstart_remote_curl_commands_answer_as_shown(
     steps = doc_curl_steps(quickstart_sections()[1])
     assert steps and all(expected is not None for _, expected in steps)
     run_doc_steps(steps, tmp_path, {_DOC_FINALIZER: remote_finalizer, _DOC_STORE: store})
+
+
+def _shown_after(section: str, command_prefix: str) -> tuple[str, str]:
+    """The command of the bash block starting with `command_prefix`, and the block after it."""
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    for index, (lang, body) in enumerate(blocks):
+        if lang == "bash" and body.startswith(command_prefix):
+            return body.strip(), blocks[index + 1][1].strip()
+    raise AssertionError(f"no bash block starting with {command_prefix!r}")
+
+
+def test_quickstart_store_delete_frees_a_wrongly_finalized_id(
+    tmp_path: Path, finalizer: str
+) -> None:
+    """The quickstart's `store delete` of the masked example prints what the doc shows."""
+    _finalize_early(finalizer, "nobody-wrote-this")
+    command, shown = _shown_after(
+        quickstart_sections()[0], ".venv/bin/token-finalizer store delete"
+    )
+    args = shlex.split(command.removeprefix(".venv/bin/token-finalizer"))
+    result = subprocess.run(
+        [sys.executable, "-m", "token_finalizer.cli", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr.strip()) == (0, shown)
+    assert stored_state(FileTokenStore(tmp_path / "capture"), "nobody-wrote-this") is None

@@ -99,7 +99,7 @@ def test_two_finalizer_processes_agree_on_one_snapshot(tmp_path: Path) -> None:
         yaml.safe_dump(
             {
                 "sources": {"local": {"kind": "file", "dir": str(directory)}},
-                "retire": {"key": "replicas-share-this"},
+                "retire": {"key": "replicas-share-this-0123456789abcdef"},
             }
         )
     )

@@ -4,6 +4,8 @@ The store is a fake built here (a threaded HTTP server on loopback) that
 answers each freeze according to the rollout id's prefix:
 
 - `bomb-`: a ~96 KB zstd answer that announces no size and expands to 3 GiB;
+- `gzip-`: a ~250 KB gzip answer (`Content-Encoding: gzip`, never asked for)
+  expanding to 256 MiB;
 - `trickle-`: a 200 whose body arrives one byte a second, forever;
 - `forge-`: a 500 whose error text holds a newline and a fake JSON log line.
 
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -59,6 +62,16 @@ def zstd_bomb(blocks: int) -> bytes:
 
 
 BOMB = zstd_bomb(24_576)  # 3 GiB of spaces in 96 KiB
+
+
+def gzip_bomb(mebibytes: int) -> bytes:
+    """One gzip member of `mebibytes` MiB of spaces (about 1/1000 of that on the wire)."""
+    stream = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    spaces = b" " * (1 << 20)
+    return b"".join([*(stream.compress(spaces) for _ in range(mebibytes)), stream.flush()])
+
+
+GZIP_BOMB = gzip_bomb(256)
 FORGED_ERROR = "boom\n" + json.dumps(
     {
         "ts": "2030-01-01T00:00:00.000+00:00",
@@ -95,6 +108,8 @@ class _FakeStore(BaseHTTPRequestHandler):
         rollout_id = self.path.split("/")[2]
         if rollout_id.startswith("bomb-"):
             self._answer(200, BOMB, Content_Encoding="zstd")
+        elif rollout_id.startswith("gzip-"):
+            self._answer(200, GZIP_BOMB, Content_Encoding="gzip")
         elif rollout_id.startswith("trickle-"):
             self._trickle()
         elif rollout_id.startswith("forge-"):
@@ -233,6 +248,21 @@ def test_zstd_bomb_is_a_masked_record_and_memory_stays_bounded(finalizer: Finali
     assert peak - before < 4 * ANSWER_LIMIT, (before, peak)
     # And the process is still there and well.
     assert httpx.get(f"{finalizer.url}/health", timeout=10).status_code == 200
+
+
+def test_gzip_bomb_is_masked_like_a_zstd_bomb(finalizer: Finalizer) -> None:
+    """A gzip answer expanding past the limit: the store's fault, masked with the same reason
+    and words as a zstd bomb (not a 503 the harness would retry forever), RSS bounded."""
+    assert len(GZIP_BOMB) < 300_000
+    before = finalizer.peak_rss_bytes()
+    answer = finalizer.post(record_for("gzip-1"), "hostile")
+    assert answer.status_code == 200
+    body = answer.json()
+    capture = body["record"]["_ng_token_capture"]
+    assert (body["record"]["mask_sample"], body["retirable"]) == (True, False)
+    assert capture["mask_reason"] == "freeze_failed"
+    assert f"the gzip body decodes to more than {ANSWER_LIMIT} bytes" in capture["error"]
+    assert finalizer.peak_rss_bytes() - before < 4 * ANSWER_LIMIT
 
 
 # -- (3) a store trickling its answer ---------------------------------------------------------

@@ -233,7 +233,7 @@ def test_compose_smoke_passes_against_the_deploy_config(tmp_path: Path) -> None:
         "REDIS_URL": url,
         "CAPTURE_TOKEN": "smoke-store-token",
         "FINALIZER_TOKEN": "smoke-finalizer-token",
-        "RETIRE_KEY": "smoke-retire-key",
+        "RETIRE_KEY": "smoke-retire-key-0123456789abcdefgh",
     }
     with unique_prefix(url, "compose") as prefix:
         config = yaml.safe_load((ROOT / "deploy" / "finalizer.yaml").read_text())

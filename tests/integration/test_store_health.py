@@ -1,9 +1,10 @@
 """The store server's /health checks its backend, and the finalizer's /ready follows it.
 
-Real processes on loopback: a private `redis-server`, `store serve --redis`
-over it (or `--dir`), and `serve` with an `http` source on that store. When
-Redis dies (or the directory goes), the store answers 503 saying why, and the
-finalizer's /ready goes 503 naming the source and the store's reason.
+Real servers on loopback: a private `redis-server`, `store serve --redis` over
+it as a process, a finalizer (uvicorn) with an `http` source on that store,
+and a store server over a directory. When Redis dies (or the directory goes),
+the store answers 503 saying why, and the finalizer's /ready goes 503 naming
+the source and the store's reason.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from pathlib import Path
 import httpx
 
 from tests.support.redis import private_redis_server
-from tests.support.servers import free_port, running_process
+from tests.support.servers import free_port, running_app, running_process
+from token_finalizer import FileTokenStore
+from token_finalizer.api import create_app
+from token_finalizer.settings import settings_from_mapping
+from token_finalizer.store_server import create_store_app
 
 
 @contextlib.contextmanager
@@ -27,14 +32,10 @@ def serving_store(*args: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-@contextlib.contextmanager
-def serving_finalizer(tmp_path: Path, store_url: str) -> Iterator[str]:
-    """`serve` whose one source is the store at `store_url`; its URL."""
-    config = tmp_path / "finalizer.yaml"
-    config.write_text(f'sources:\n  store: {{kind: http, url: "{store_url}"}}\n')
-    port = free_port()
-    with running_process(["serve", "--config", str(config), "--port", str(port)], port=port):
-        yield f"http://127.0.0.1:{port}"
+def serving_finalizer(store_url: str) -> contextlib.AbstractContextManager[str]:
+    """A finalizer whose one source is the store at `store_url`, under uvicorn; its URL."""
+    sources = {"store": {"kind": "http", "url": store_url}}
+    return running_app(create_app(settings_from_mapping({"sources": sources}, env={})))
 
 
 def _node(redis_url: str) -> str:
@@ -60,7 +61,7 @@ def test_finalizer_is_not_ready_while_its_store_has_lost_redis(tmp_path: Path) -
     with contextlib.ExitStack() as stack:
         with private_redis_server(tmp_path) as redis_url:
             store_url = stack.enter_context(serving_store("--redis", redis_url))
-            finalizer_url = stack.enter_context(serving_finalizer(tmp_path, store_url))
+            finalizer_url = stack.enter_context(serving_finalizer(store_url))
             assert httpx.get(f"{finalizer_url}/ready", timeout=10).status_code == 200
         answer = httpx.get(f"{finalizer_url}/ready", timeout=10)
     body = answer.json()
@@ -73,7 +74,7 @@ def test_finalizer_is_not_ready_while_its_store_has_lost_redis(tmp_path: Path) -
 def test_store_over_a_vanished_directory_is_unhealthy(tmp_path: Path) -> None:
     """The served directory is removed: /health answers 503 {"status", "store": "file", "error"}."""
     directory = tmp_path / "captures"
-    with serving_store("--dir", str(directory)) as store_url:
+    with running_app(create_store_app(FileTokenStore(directory))) as store_url:
         assert httpx.get(f"{store_url}/health", timeout=10).status_code == 200
         shutil.rmtree(directory)
         answer = httpx.get(f"{store_url}/health", timeout=10)

@@ -109,19 +109,31 @@ def test_one_worker_keeps_single_process_metrics(tmp_path: Path, capture_dir: Pa
     assert list(temp.glob("token-finalizer-metrics-*")) == []
 
 
-def test_multiprocess_directory_is_fresh_and_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The context sets the variable to a new empty directory, then restores it and removes."""
-    operator = str(tmp_path / "operator")
-    monkeypatch.setenv(MULTIPROC_DIR_ENV_VAR, operator)
+def test_multiprocess_directory_is_fresh_and_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the variable, the context sets it to a new empty directory, then unsets it
+    and removes the directory."""
+    monkeypatch.delenv(MULTIPROC_DIR_ENV_VAR, raising=False)
     with multiprocess_directory() as directory:
         inside = os.environ[MULTIPROC_DIR_ENV_VAR]
         empty = list(Path(directory).iterdir()) == []
         (Path(directory) / "counter_1.db").write_bytes(b"")
     assert (inside, empty) == (directory, True)
-    assert os.environ[MULTIPROC_DIR_ENV_VAR] == operator
+    assert MULTIPROC_DIR_ENV_VAR not in os.environ
     assert not Path(directory).exists()
+
+
+def test_multiprocess_directory_of_the_operator_is_prepared_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the variable set, its directory is used: created, emptied of value files, kept."""
+    operator = tmp_path / "operator"
+    operator.mkdir()
+    (operator / "counter_1.db").write_bytes(b"an earlier run")
+    monkeypatch.setenv(MULTIPROC_DIR_ENV_VAR, str(operator))
+    with multiprocess_directory() as directory:
+        inside = (directory, sorted(Path(directory).iterdir()))
+    assert inside == (str(operator), [])
+    assert os.environ[MULTIPROC_DIR_ENV_VAR] == str(operator) and operator.is_dir()
 
 
 def test_workers_share_one_retire_key_without_configuration(

@@ -30,6 +30,8 @@ from token_finalizer.cli import main
 from token_finalizer.settings import settings_from_mapping
 
 TOKEN = "batch-test-token"
+# The key both targets sign and verify retire tickets with (at least 32 bytes).
+RETIRE_KEY = "batch-test-retire-key-0123456789abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +46,7 @@ def store_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _config(store_dirs: dict[str, Path], **sections: Any) -> dict[str, Any]:
     sources = {name: {"kind": "file", "dir": str(path)} for name, path in store_dirs.items()}
-    return {"sources": {"default": "local", **sources}, **sections}
+    return {"sources": {"default": "local", **sources}, "retire": {"key": RETIRE_KEY}, **sections}
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +143,7 @@ def finalize(batch: Batch, target: list[str], *extra: str) -> int:
 
 def test_finalize_writes_one_line_per_input_line_in_order(batch: Batch, target: list[str]) -> None:
     """OUT holds the answers and the bad lines' errors, each at its input line's place."""
-    assert finalize(batch, target) == 0
+    assert finalize(batch, target, "--allow-bad-lines") == 0
     lines = read_jsonl(batch.output)
     assert [line.get("rollout_id", line.get("line")) for line in lines] == [
         batch.first,
@@ -152,6 +154,28 @@ def test_finalize_writes_one_line_per_input_line_in_order(batch: Batch, target: 
         6,
         None,
     ]
+
+
+def test_bad_lines_make_the_exit_status_3(
+    batch: Batch, target: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --allow-bad-lines a batch with bad lines goes through every line, then exits 3."""
+    assert finalize(batch, target) == 3
+    assert len(read_jsonl(batch.output)) == 7
+    assert capsys.readouterr().err.endswith(
+        f"finalize: 3 bad lines (reported above, error lines in {batch.output}): "
+        "exit status 3; --allow-bad-lines accepts them\n"
+    )
+
+
+def test_a_batch_without_bad_lines_exits_0(
+    tmp_path: Path, target: list[str], local_store: FileTokenStore
+) -> None:
+    """Captured and masked records alike are no failure: exit 0."""
+    rollout_id, _ = capture(local_store)
+    batch_input = write_jsonl(tmp_path / "in.jsonl", [record_for(rollout_id), record_for("gone")])
+    output = tmp_path / "out.jsonl"
+    assert main(["finalize", str(batch_input), "-o", str(output), *target]) == 0
 
 
 def test_bad_lines_are_written_as_line_errors(batch: Batch, target: list[str]) -> None:
@@ -221,7 +245,7 @@ def test_retire_summary_counts_each_kind_of_line(
     main(["retire", str(batch.output), *target])
     assert (
         "retire: 7 lines: 2 retired, 0 not retired (the store moved on), 2 not retirable, "
-        "3 error lines, 0 failed"
+        "3 error lines, 0 bad, 0 tickets refused"
     ) in capsys.readouterr().err
 
 
@@ -262,7 +286,7 @@ def test_record_over_the_body_limit_is_a_line_error(tmp_path: Path, server_url: 
         ["finalize", str(batch_input), "-o", str(output), "--server", server_url, "--token", TOKEN]
     )
     lines = read_jsonl(output)
-    assert (status, lines[0]["line"], lines[1]["rollout_id"]) == (0, 1, "absent-2")
+    assert (status, lines[0]["line"], lines[1]["rollout_id"]) == (3, 1, "absent-2")
     assert "HTTP 413" in lines[0]["error"]
 
 
@@ -346,8 +370,9 @@ def test_console_command_round_trip(
     """`python -m token_finalizer.cli finalize` then `retire` work as separate processes."""
     command = [sys.executable, "-m", "token_finalizer.cli"]
     target = ["--config", str(config_path)]
+    files = [str(batch.input), "-o", str(batch.output)]
     subprocess.run(
-        [*command, "finalize", str(batch.input), "-o", str(batch.output), *target],
+        [*command, "finalize", *files, *target, "--allow-bad-lines"],
         check=True,
         capture_output=True,
         timeout=60,
@@ -492,7 +517,7 @@ def test_retire_exits_2_when_no_line_is_a_finalize_answer(
     """A file without a single finalize answer: each line reported, then exit 2 saying so."""
     source = write_jsonl(tmp_path / "junk.jsonl", ["{not json", "", "[1]"])
     status = main(["retire", str(source), "--config", str(config_path)])
-    err = capsys.readouterr().err.splitlines()
+    err = _reports(capsys.readouterr().err)
     assert status == 2
     assert [line.split(":")[0] for line in err[:3]] == ["line 1", "line 2", "line 3"]
     assert err[-1] == (
@@ -511,15 +536,20 @@ def test_retire_reports_a_record_among_answers_by_its_line(
     capsys.readouterr()
     status = main(["retire", str(batch.output), *target])
     err = capsys.readouterr().err
-    assert status == 0
+    assert status == 3
     assert (
         "line 8: a rollout record, not a finalize answer: "
         "pass the output of `token-finalizer finalize`\n"
     ) in err
-    assert "retire: 8 lines: 2 retired" in err and ", 1 failed\n" in err
+    assert "retire: 8 lines: 2 retired" in err and ", 1 bad, 0 tickets refused\n" in err
 
 
 # -- progress ------------------------------------------------------------------------
+
+
+def _reports(err: str) -> list[str]:
+    """The lines of stderr that are the command's own reports, not JSON log records."""
+    return [line for line in err.splitlines() if not line.startswith('{"ts":')]
 
 
 class _Terminal(io.StringIO):
@@ -536,7 +566,7 @@ def test_no_progress_is_drawn_when_stderr_is_not_a_terminal(
     finalize(batch, ["--config", str(config_path)])
     err = capsys.readouterr().err
     assert "\r" not in err
-    assert all(line.startswith(("line ", "finalize: ")) for line in err.splitlines()), err
+    assert all(line.startswith(("line ", "finalize: ")) for line in _reports(err)), err
 
 
 @pytest.mark.parametrize("command", ["finalize", "retire"])
@@ -550,6 +580,7 @@ def test_progress_on_a_terminal_shows_count_rate_and_eta(
         args = ["retire", str(batch.output), *target]
     else:
         args = ["finalize", str(batch.input), "-o", str(batch.output), *target]
+    args.append("--allow-bad-lines")
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     assert main(args) == 0

@@ -16,6 +16,7 @@ from tests.support.stores import run_sync, stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.cli import main
 from token_finalizer.cli.store import STORE_TOKEN_ENV_VAR, parse_duration
+from token_finalizer.cli.store.serve import ROLE_TOKENS_ENV_VARS
 
 DAY = 86_400.0
 
@@ -72,6 +73,68 @@ def test_store_serve_warns_when_public_without_a_token(
     code = main(["store", "serve", "--dir", str(capture_dir), "--host", "0.0.0.0", "--port", "9"])
     assert (code, calls[0].host, calls[0].port) == (0, "0.0.0.0", 9)
     assert "without a token" in capsys.readouterr().err
+
+
+def _started(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> tuple[int, str]:
+    """Run `store serve ARGS` up to the point it would serve: exit status and stderr."""
+    import uvicorn
+
+    async def serve(server: uvicorn.Server) -> None:
+        return None
+
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
+    for name in (STORE_TOKEN_ENV_VAR, *ROLE_TOKENS_ENV_VARS.values()):
+        monkeypatch.delenv(name, raising=False)
+    code = main(["store", "serve", *args])
+    return code, capsys.readouterr().err
+
+
+def test_store_serve_warns_that_a_single_token_holds_every_role(
+    capture_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--token` alone starts with a warning saying what it allows and how to split it."""
+    code, err = _started(monkeypatch, capsys, ["--dir", str(capture_dir), "--token", "t"])
+    assert code == 0
+    assert "--token is valid for every role" in err and "freeze any live rollout" in err
+    assert "--writer-token, --finalizer-token, --control-token" in err
+
+
+def test_store_serve_with_a_token_per_role_starts_without_a_token_warning(
+    capture_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A token for each role: nothing to warn about."""
+    roles = ["--writer-token", "w", "--finalizer-token", "f", "--control-token", "c"]
+    code, err = _started(monkeypatch, capsys, ["--dir", str(capture_dir), *roles])
+    assert (code, err) == (0, "")
+
+
+def test_store_serve_warns_about_a_role_without_a_token(
+    capture_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Role tokens given, the control role left out: its routes are refused to all, said once."""
+    roles = ["--writer-token", "w", "--finalizer-token", "f"]
+    code, err = _started(monkeypatch, capsys, ["--dir", str(capture_dir), *roles])
+    assert code == 0
+    assert err == "warning: no control token is configured: control routes are refused to all\n"
+
+
+def test_store_serve_warns_about_one_token_in_two_roles(
+    capture_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same token as writer and finalizer holds both roles: said at start."""
+    roles = ["--writer-token", "x", "--finalizer-token", "x", "--control-token", "c"]
+    code, err = _started(monkeypatch, capsys, ["--dir", str(capture_dir), *roles])
+    assert code == 0 and "several roles (writer+finalizer)" in err
+
+
+def test_store_serve_refuses_an_empty_role_token(
+    capture_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty --writer-token exits 2 naming the option."""
+    assert main(["store", "serve", "--dir", str(capture_dir), "--writer-token", ""]) == 2
+    assert "--writer-token is empty" in capsys.readouterr().err
 
 
 def test_store_serve_refuses_an_empty_token(

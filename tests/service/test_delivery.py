@@ -185,10 +185,10 @@ async def test_empty_snapshot_is_masked_with_its_reason(memory_store: MemoryToke
     """A rollout that captured nothing is masked: 'capture contains no token records'."""
     record = record_for("never-written")
     build = await finalize_rollout_token_capture(record, memory_store)
-    assert build["error"] == "capture contains no token records"
+    assert build["error"].startswith("capture contains no token records; ")
     assert build["_capture_snapshot"]["snapshot_id"]
     assert record[MASK_SAMPLE_KEY] is True
-    assert record[TOKEN_CAPTURE_KEY]["error"] == "capture contains no token records"
+    assert record[TOKEN_CAPTURE_KEY]["error"] == build["error"]
 
 
 async def test_incomplete_by_mark_masks(memory_store: MemoryTokenStore) -> None:

@@ -46,11 +46,19 @@ async def _incomplete(store: MemoryTokenStore | FileTokenStore, rollout_id: str)
     await store.mark_incomplete(rollout_id, "c3")
 
 
-def _carrying(rollout_id: str, generation: Any, **fields: Any) -> dict[str, Any]:
+async def _masked_build(store: MemoryTokenStore | FileTokenStore, rollout_id: str) -> None:
+    """A complete capture whose own build is masked: two unrelated roots (multiple_roots)."""
+    await store.put(make_entry(rollout_id, "c1", [1, 2], [3]))
+    await store.put(make_entry(rollout_id, "c2", [8, 9], [4]))
+
+
+def _carrying(
+    rollout_id: str, generation: Any, *, prompt: Any = (1, 2), **fields: Any
+) -> dict[str, Any]:
     """A record whose first output item carries `generation` as its own token ids."""
     record = record_for(rollout_id, **fields)
     record["response"]["output"][0].update(
-        prompt_token_ids=[1, 2], generation_token_ids=generation, generation_log_probs=[-0.5]
+        prompt_token_ids=list(prompt), generation_token_ids=generation, generation_log_probs=[-0.5]
     )
     return record
 
@@ -162,6 +170,41 @@ async def test_well_formed_own_ids_and_complete_capture_stay_retirable(
     assert await retire_rollout_token_capture("r1", memory_store, build) is True
 
 
+async def test_made_up_own_ids_over_a_masked_capture_build_are_not_retirable(
+    memory_store: MemoryTokenStore,
+) -> None:
+    """One made-up id and a capture whose own build is masked: no build, no retire, and the
+    frozen capture stays as evidence (a record's ids cannot buy its deletion)."""
+    await _masked_build(memory_store, "r1")
+    record = _carrying("r1", [7])
+    before = copy.deepcopy(record)
+    build = await finalize_rollout_token_capture(record, memory_store)
+    assert (build, record) == (None, before)
+    assert await retire_rollout_token_capture("r1", memory_store, build) is False
+    status = stored_state(memory_store, "r1")
+    assert status.frozen is True and status.retired is False
+
+
+async def test_own_ids_equal_to_a_masked_capture_build_stay_retirable(
+    memory_store: MemoryTokenStore,
+) -> None:
+    """The record carries exactly the ids its capture's (masked) build delivers: the capture
+    holds nothing the record does not, so it may be retired after handoff."""
+    await _masked_build(memory_store, "r1")
+    build = await finalize_rollout_token_capture(_carrying("r1", [3]), memory_store)
+    assert build is not None and build["_redundant_capture"] is True
+    assert await retire_rollout_token_capture("r1", memory_store, build) is True
+
+
+async def test_own_ids_differing_in_the_prompt_over_a_masked_build_are_not_retirable(
+    memory_store: MemoryTokenStore,
+) -> None:
+    """The generation matches but the prompt does not: not the capture's ids, no retire."""
+    await _masked_build(memory_store, "r1")
+    build = await finalize_record(_carrying("r1", [3], prompt=[1, 5]), memory_store)
+    assert build is None
+
+
 # -- records arriving masked ------------------------------------------------------------------
 
 
@@ -226,6 +269,7 @@ def http(capture_dir: Path) -> Iterator[httpx.Client]:
         ("bogus-incomplete", _carrying("bogus-incomplete", ["x"]), _incomplete),
         ("own-incomplete", _carrying("own-incomplete", [7]), _incomplete),
         ("own-masked", _carrying("own-masked", [7], mask_sample=True), _complete),
+        ("own-over-masked-build", _carrying("own-over-masked-build", [7]), _masked_build),
     ],
 )
 def test_finalize_answer_offers_no_retire(

@@ -37,9 +37,21 @@ def test_newer_schema_version_is_refused() -> None:
         TokenEntry.from_dict(_entry(schema_version=2))
 
 
-def test_older_schema_version_is_accepted() -> None:
-    """An older schema version is fine."""
-    assert TokenEntry.from_dict(_entry(schema_version=0)).schema_version == 0
+@pytest.mark.parametrize("version", [0, -1])
+def test_schema_version_below_one_is_refused_in_nemo_gym_words(version: int) -> None:
+    """Below the minimum 1 the entry is invalid, with NeMo Gym 0.7's own message."""
+    with pytest.raises(TokenEntryError) as refused:
+        TokenEntry.from_dict(_entry(schema_version=version))
+    assert str(refused.value) == (
+        f"token record is schema_version {version}, below the supported minimum 1. "
+        "Pre-lineage records were never written in production; regenerate the rollout "
+        "with a current writer."
+    )
+
+
+def test_schema_version_one_is_accepted() -> None:
+    """Version 1, the only one written, is read."""
+    assert TokenEntry.from_dict(_entry(schema_version=1)).schema_version == 1
 
 
 def test_token_item_index_must_point_inside_output_items() -> None:
@@ -68,9 +80,11 @@ def test_routed_experts_are_carried_untouched() -> None:
 
 
 def test_invalid_ids_are_refused() -> None:
-    """rollout_id and model_call_id must be safe store keys."""
+    """rollout_id must be a safe store key, model_call_id free of control characters."""
+    with pytest.raises(TokenEntryError, match="rollout_id"):
+        TokenEntry.from_dict(_entry(rollout_id="../x"))
     with pytest.raises(TokenEntryError, match="model_call_id"):
-        TokenEntry.from_dict(_entry(model_call_id="../x"))
+        TokenEntry.from_dict(_entry(model_call_id="a\x00b"))
 
 
 def test_from_json_matches_from_dict() -> None:

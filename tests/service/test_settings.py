@@ -258,14 +258,18 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_settings_import_only_the_constants_and_the_core() -> None:
-    """The configuration model depends on `_constants` and `core` only, never on a layer above."""
+    """The configuration model depends on `_constants`, its YAML reader and `core` only."""
     ours = {
         name
         for name in _imported_modules(Path(token_finalizer.settings.__file__))
         if name.split(".")[0] == "token_finalizer"
     }
     assert ours, "no import of the package was found: the check would be vacuous"
-    allowed = ("token_finalizer._constants", "token_finalizer.core.")
+    allowed = (
+        "token_finalizer._constants",
+        "token_finalizer._config_yaml",
+        "token_finalizer.core.",
+    )
     assert sorted(name for name in ours if not name.startswith(allowed)) == []
 
 
@@ -281,3 +285,102 @@ def test_defaults_come_from_the_constants() -> None:
         DEFAULT_GUARD_TIMEOUT_S,
     )
     assert settings.sources["s"].retired_ttl_s == DEFAULT_RETIRED_TTL_S
+
+
+# -- hostile configurations ---------------------------------------------------------------
+
+
+def test_a_short_retire_key_is_refused_naming_it_and_how_to_make_one() -> None:
+    """`retire.key: k7` (2 bytes, found offline from one ticket) is refused at start."""
+    message = _error({"retire": {"key": "k7"}})
+    assert message.startswith("invalid configuration: retire.key: holds 2 bytes; at least 32")
+    assert "secrets.token_hex(32)" in message
+
+
+def test_a_retire_key_of_32_bytes_is_accepted() -> None:
+    """32 bytes of secret is the minimum; multi-byte characters count as their bytes."""
+    assert settings_from_mapping({"retire": {"key": "k" * 32}}, env={}).retire.key == "k" * 32
+    assert "holds 31 bytes" in _error({"retire": {"key": "é" * 15 + "k"}})
+
+
+def test_a_short_retire_key_from_the_environment_is_refused_too() -> None:
+    """`TOKEN_FINALIZER__RETIRE__KEY=k7` is validated like the file."""
+    with pytest.raises(ConfigError, match=r"retire\.key: holds 2 bytes"):
+        load_settings(None, env={"TOKEN_FINALIZER__RETIRE__KEY": "k7"})
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_non_finite_durations_are_refused_naming_the_key(tmp_path: Path, value: str) -> None:
+    """`retired_ttl_s: .inf` passes `> 0` but is no duration: refused, naming the key."""
+    path = tmp_path / "finalizer.yaml"
+    path.write_text(
+        f"sources:\n  r: {{kind: redis, url: 'redis://127.0.0.1:6379/0', retired_ttl_s: {value}}}\n"
+    )
+    with pytest.raises(ConfigError, match=r"sources\.r\.retired_ttl_s: .*finite number"):
+        load_settings(path, env={})
+
+
+@pytest.mark.parametrize(("section", "key"), [("guard", "run_ttl_s"), ("guard", "timeout_s")])
+def test_durations_beyond_ten_years_are_refused(section: str, key: str) -> None:
+    """A finite but absurd duration (1e300 s) would overflow a timeout or an expiry."""
+    assert f"{section}.{key}" in _error({section: {key: 1e300}})
+
+
+def test_an_override_switching_the_files_auth_off_is_refused(tmp_path: Path) -> None:
+    """`TOKEN_FINALIZER__AUTH__BEARER_TOKENS='[]'` over a file with tokens: refused, naming it."""
+    path = tmp_path / "finalizer.yaml"
+    path.write_text("auth:\n  bearer_tokens: [t1]\n")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, env={"TOKEN_FINALIZER__AUTH__BEARER_TOKENS": "[]"})
+    assert str(refused.value).startswith(
+        "environment variable TOKEN_FINALIZER__AUTH__BEARER_TOKENS switches off the "
+        "auth.bearer_tokens the configuration sets"
+    )
+
+
+def test_an_override_of_the_whole_auth_section_switching_it_off_is_refused(
+    tmp_path: Path,
+) -> None:
+    """`TOKEN_FINALIZER__AUTH='{"bearer_tokens": []}'` is refused the same way."""
+    path = tmp_path / "finalizer.yaml"
+    path.write_text("auth:\n  bearer_tokens: [t1]\n")
+    env = {"TOKEN_FINALIZER__AUTH": '{"bearer_tokens": []}'}
+    with pytest.raises(ConfigError, match="TOKEN_FINALIZER__AUTH switches off"):
+        load_settings(path, env=env)
+
+
+def test_an_override_replacing_the_tokens_keeps_auth_on(tmp_path: Path) -> None:
+    """Overriding the tokens with other tokens is what overrides are for."""
+    path = tmp_path / "finalizer.yaml"
+    path.write_text("auth:\n  bearer_tokens: [t1]\n")
+    env = {"TOKEN_FINALIZER__AUTH__BEARER_TOKENS": '["t2"]'}
+    assert load_settings(path, env=env).auth.bearer_tokens == ("t2",)
+
+
+def test_a_second_auth_key_in_the_file_is_refused(tmp_path: Path) -> None:
+    """`auth: {}` written a second time would drop the tokens: refused, naming key and line."""
+    path = tmp_path / "finalizer.yaml"
+    path.write_text("auth:\n  bearer_tokens: [t1]\nauth: {}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, env={})
+    assert str(refused.value) == (
+        f"configuration {path}: key 'auth' appears twice in one mapping (line 3); "
+        "the second would silently replace the first"
+    )
+
+
+def test_a_deeply_nested_override_is_refused() -> None:
+    """A JSON override nested 20,000 deep is refused in one line, not with a traceback."""
+    env = {"TOKEN_FINALIZER__TOKEN_ID_CAPTURE__AGENTS": "[" * 20_000 + "]" * 20_000}
+    with pytest.raises(ConfigError, match="TOKEN_FINALIZER__TOKEN_ID_CAPTURE__AGENTS"):
+        load_settings(None, env=env)
+
+
+def test_a_mapping_nested_too_deep_is_refused() -> None:
+    """A configuration given as data is held to the same depth bound."""
+    data: dict[str, object] = {}
+    node = data
+    for _ in range(100):
+        node["x"] = {}
+        node = node["x"]  # type: ignore[assignment]  # built level by level
+    assert "nests deeper than 64 levels" in _error({"token_id_capture": data})

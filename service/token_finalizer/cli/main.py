@@ -1,11 +1,17 @@
 """The `token-finalizer` console script: one parser, every command wired by hand.
 
     token-finalizer serve            run the finalizer HTTP service
-    token-finalizer store serve      run a protocol-v1 capture store over a directory
+    token-finalizer store serve      run a protocol-v1 capture store over a directory or Redis
     token-finalizer store sweep      remove retired tombstones (and, if asked, abandoned captures)
+    token-finalizer store inspect    print one capture's state as JSON
+    token-finalizer store delete     delete one capture for good
     token-finalizer finalize         finalize a JSONL of records offline
     token-finalizer retire           retire the retirable lines of a finalize output
     token-finalizer --version        print the installed version
+
+The docs' command-line reference (README.md, docs/configuration.md#command-line)
+is rendered from `build_parser()` by `cli/reference.py`: regenerate it after
+changing an option (`python -m token_finalizer.cli.reference --write`).
 
 Each command module defines its arguments and the command, and imports its
 heavy dependencies (FastAPI, uvicorn, httpx) inside the command, so building
@@ -118,6 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
+    from token_finalizer._logging import cli_logging, log_level
+
     args = build_parser().parse_args(argv)
     run: Command = args._run
-    return int(run(args) or 0)
+    try:
+        level = log_level()
+    except ValueError as exc:
+        sys.stderr.write(f"token-finalizer: {exc}\n")
+        return 2
+    # Log records (retries, warnings) are JSON lines on stderr (docs/configuration.md#logs).
+    with cli_logging(level):
+        return int(run(args) or 0)

@@ -5,7 +5,9 @@ invalid file exits with status 2 and a message naming the key. With several
 workers uvicorn imports the app in each worker process (factory mode), and
 the configuration path reaches them through $TOKEN_FINALIZER_CONFIG; their
 Prometheus metrics are summed through a fresh PROMETHEUS_MULTIPROC_DIR that
-lives as long as the server (service/metrics.py).
+lives as long as the server (service/metrics.py). A PROMETHEUS_MULTIPROC_DIR
+set by the operator is used instead, created if missing and emptied of an
+earlier run's values first, whatever the worker count.
 """
 
 from __future__ import annotations
@@ -98,6 +100,21 @@ def serve(args: argparse.Namespace) -> int:
         print(f"token-finalizer serve: {exc}", file=sys.stderr)
         return 2
 
+    from token_finalizer.service.metrics import (
+        MULTIPROC_DIR_ENV_VAR,
+        multiprocess_directory,
+        prepare_multiprocess_directory,
+    )
+
+    operator_directory = os.environ.get(MULTIPROC_DIR_ENV_VAR)
+    if operator_directory:
+        try:
+            # Before any worker writes there: a new run starts counting from zero.
+            prepare_multiprocess_directory(operator_directory)
+        except OSError as exc:
+            print(f"token-finalizer serve: {exc}", file=sys.stderr)
+            return 2
+
     # A long-running server: large answers must give their memory back when freed.
     tune_allocator()
     common: dict[str, Any] = {
@@ -120,8 +137,6 @@ def serve(args: argparse.Namespace) -> int:
             # one key for this run, handed to every worker (a restart still
             # invalidates open tickets; configure retire.key to keep them).
             os.environ[RETIRE_KEY_OVERRIDE] = secrets.token_hex(32)
-        from token_finalizer.service.metrics import multiprocess_directory
-
         # Set before the workers start (and import prometheus-client): every
         # worker's metrics go to files there, and /metrics sums them all.
         with multiprocess_directory():

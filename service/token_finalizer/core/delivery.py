@@ -207,6 +207,13 @@ async def _build(
             metrics={"n_calls": 0},
             builder=BUILDER_NAME,
         )
+    return await _rebuilt(snapshot, result, terminal_attribution=terminal_attribution)
+
+
+async def _rebuilt(
+    snapshot: Snapshot, result: dict[str, Any], *, terminal_attribution: bool
+) -> Build:
+    """The build of a frozen snapshot for this record (never raises)."""
     rebuild = functools.partial(
         rebuild_snapshot,
         snapshot,
@@ -249,7 +256,9 @@ async def finalize_record(
         return _mark_unusable(result, error, error, MaskReason.MALFORMED_ROLLOUT_ID)
     try:
         if rollout_carries_token_ids(result):
-            return await _redundant_capture(result, rollout_id, source)
+            return await _redundant_capture(
+                result, rollout_id, source, terminal_attribution=terminal_attribution
+            )
         if rollout_id is None:
             return _mark_unusable(
                 result,
@@ -279,14 +288,21 @@ async def finalize_record(
 
 
 async def _redundant_capture(
-    result: dict[str, Any], rollout_id: str | None, source: TokenSource
+    result: dict[str, Any],
+    rollout_id: str | None,
+    source: TokenSource,
+    *,
+    terminal_attribution: bool,
 ) -> Build | None:
     """Freeze the capture of a record that already carries its own token ids.
 
     The record stays as it is, and the frozen capture is handed back, to be
     retired after handoff, only when nothing speaks against it: the record's
-    own ids are all well-formed, the record is not masked, and the snapshot
-    is complete. Otherwise (None) the frozen capture stays as evidence. A
+    own ids are all well-formed, the record is not masked, the snapshot is
+    complete, and the capture's own build is clean or delivers exactly the
+    ids the record carries (docs/records-and-builds.md#delivery-functions).
+    Otherwise (None) the frozen capture stays as evidence: a record's made-up
+    ids must not buy the deletion of a capture that would have been masked. A
     record whose own ids are malformed cannot be trained on: it is masked
     (`invalid_token_ids`) without touching its capture.
     """
@@ -308,15 +324,49 @@ async def _redundant_capture(
             "freeze of redundant capture %s failed: %s", rollout_id, describe_exception(exc)
         )
         return None
-    if snapshot.incomplete or _already_masked(result):
+    kept_because = None
+    if snapshot.incomplete:
+        kept_because = "its capture is incomplete"
+    elif _already_masked(result):
+        kept_because = "the record is masked"
+    else:
+        # What a finalize of this record would have built from the capture alone.
+        own = await _rebuilt(snapshot, result, terminal_attribution=terminal_attribution)
+        if own.mask_sample and not _same_token_ids(result, own):
+            kept_because = f"the capture's own build is masked ({own.mask_reason})"
+    if kept_because is not None:
         logger.warning(
             "rollout %s carries its own token ids, but %s: its frozen capture is kept, "
             "not offered for retirement",
             rollout_id,
-            "its capture is incomplete" if snapshot.incomplete else "the record is masked",
+            kept_because,
         )
         return None
     return Build.redundant_capture(snapshot)
+
+
+def _token_pairs(output: object) -> list[tuple[Any, Any]]:
+    """(prompt ids, generation ids) of every item of an output that carries generated ids."""
+    if not isinstance(output, list):
+        return []
+    return [
+        (item.get("prompt_token_ids"), item["generation_token_ids"])
+        for item in output
+        if isinstance(item, dict) and _has_items(item.get("generation_token_ids"))
+    ]
+
+
+def _same_token_ids(result: dict[str, Any], build: Build) -> bool:
+    """Whether the record's token-bearing items carry exactly the ids `build` delivers."""
+    if build.rebuilt_response is None:
+        return False
+    carried = _token_pairs(result["response"]["output"])
+    delivered = _token_pairs(build.rebuilt_response.get("output"))
+    return len(carried) == len(delivered) and all(
+        np.array_equal(np.asarray(mine), np.asarray(theirs))
+        for pair, other in zip(carried, delivered, strict=True)
+        for mine, theirs in zip(pair, other, strict=True)
+    )
 
 
 def _to_lists(items: list[Any]) -> None:

@@ -11,15 +11,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from token_finalizer._constants import TOKEN_ENTRY_SCHEMA_VERSION
+from token_finalizer._constants import (
+    TOKEN_ENTRY_MIN_SCHEMA_VERSION,
+    TOKEN_ENTRY_SCHEMA_VERSION,
+)
 from token_finalizer.core.codec import PromptReuse, loads_with_token_arrays
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_fields import Lineage, parse_lineage
+
+if TYPE_CHECKING:
+    from token_finalizer.core.staging.stored import StagedCapture
 
 __all__ = ["Snapshot", "TokenEntry"]
 
@@ -113,6 +119,14 @@ class TokenEntry:
             raise TokenEntryError(
                 f"schema_version {schema} is newer than {TOKEN_ENTRY_SCHEMA_VERSION}, "
                 "the newest this reader understands"
+            )
+        if schema < TOKEN_ENTRY_MIN_SCHEMA_VERSION:
+            # NeMo Gym 0.7 refuses such a capture at freeze, in these words
+            # (docs/records-and-builds.md#validation).
+            raise TokenEntryError(
+                f"token record is schema_version {schema}, below the supported minimum "
+                f"{TOKEN_ENTRY_MIN_SCHEMA_VERSION}. Pre-lineage records were never written in "
+                "production; regenerate the rollout with a current writer."
             )
         for key in ("rollout_id", "model_call_id"):
             if key not in data:
@@ -258,10 +272,15 @@ class TokenEntry:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """An immutable view of one rollout's capture at freeze time."""
+    """An immutable view of one rollout's capture at freeze time.
+
+    A rollout captured by external staging has no entries: `staged` holds its
+    manifest and staged base snapshots instead (docs/staging.md#storage).
+    """
 
     rollout_id: str
     entries: tuple[TokenEntry, ...]
     incomplete: bool
     snapshot_id: str
     version: int
+    staged: StagedCapture | None = None

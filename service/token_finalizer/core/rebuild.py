@@ -44,6 +44,12 @@ __all__ = [
 BUILDER_NAME = "prefix_merging"
 # Error texts of failed builds: a contract (docs/records-and-builds.md#error-strings).
 EMPTY_CAPTURE_ERROR = "capture contains no token records"
+# What follows it: finalizing a wrong or early id froze that id for good.
+EMPTY_CAPTURE_FROZEN = (
+    "; finalize froze rollout {rollout_id} all the same, so a later write to it is refused: "
+    "if the id is wrong or its rollout was not finished, remove the capture with "
+    "`token-finalizer store delete {rollout_id}`"
+)
 DUPLICATE_CALL_ID_ERROR = "duplicate model_call_id in capture"
 
 
@@ -88,14 +94,16 @@ def _link(entries: Sequence[TokenEntry]) -> _Linked:
             report.unresolved.append(call_id)
         candidates, known = materialized.entries, materialized.cumulative_digests
     else:
-        ids = [entry.model_call_id for entry in entries]
-        if len(set(ids)) != len(ids):
-            duplicated = sorted({i for i in ids if ids.count(i) > 1})
+        # A copy with the same tokens is the same call stored twice (a relay that
+        # re-sent its line): built once, counted in `n_calls` as often as stored.
+        # Copies that differ leave no way to tell which call happened.
+        deduplicated = deduplicate(entries)
+        if deduplicated.conflicts:
             raise BuildFailed(
-                f"{DUPLICATE_CALL_ID_ERROR}: {', '.join(duplicated)}",
+                f"{DUPLICATE_CALL_ID_ERROR}: {', '.join(sorted(set(deduplicated.conflicts)))}",
                 reason=MaskReason.DUPLICATE_CALL_ID,
             )
-        candidates, known = list(entries), {}
+        candidates, known = deduplicated.entries, {}
     kept = [entry for entry in candidates if len(entry.generation_token_ids)]
     calls = processing_order(kept, [entry.prompt_token_ids for entry in kept])
     if is_lineage_snapshot(entries):
@@ -188,7 +196,12 @@ def rebuild_snapshot(
     record nothing is attributed.
     """
     if not snapshot.entries:
-        empty = BuildFailed(EMPTY_CAPTURE_ERROR, reason=MaskReason.EMPTY_CAPTURE)
+        # The freeze that found nothing still froze the id: say so where the
+        # caller reads it (docs/records-and-builds.md#error-strings).
+        empty = BuildFailed(
+            f"{EMPTY_CAPTURE_ERROR}{EMPTY_CAPTURE_FROZEN.format(rollout_id=snapshot.rollout_id)}",
+            reason=MaskReason.EMPTY_CAPTURE,
+        )
         return _failed(snapshot, empty, None, "")
     if terminal_attribution and record is not None:
         attribution = attribute_terminal(snapshot.entries, record)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from token_finalizer._constants import READY_PING_TIMEOUT_S
@@ -22,7 +22,7 @@ from token_finalizer.service.errors import UnknownSource
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import Settings
 from token_finalizer.sources import open_source
-from token_finalizer.sources.base import CaptureSource
+from token_finalizer.sources.base import CaptureSource, StagedExtras
 
 __all__ = ["InstrumentedSource", "SourceRegistry", "as_capture_source"]
 
@@ -52,6 +52,10 @@ class _Unprobed:
 
     async def close(self) -> None:
         await self.inner.close()
+
+    async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
+        """A seed TokenSource holds no staged calls."""
+        return {}
 
 
 def as_capture_source(source: TokenSource | CaptureSource) -> CaptureSource:
@@ -92,6 +96,10 @@ class InstrumentedSource:
     async def ping(self) -> None:
         """Reachability of the wrapped source."""
         await self._timed("ping", self.inner.ping())
+
+    async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
+        """The extras of staged calls, through the wrapped source."""
+        return await self._timed("fetch_extras", self.inner.fetch_extras(rollout_id, call_ids))
 
     async def close(self) -> None:
         """Close the wrapped source."""

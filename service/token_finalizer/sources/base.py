@@ -2,28 +2,40 @@
 
     CaptureSource   the finalizer's side of any store: freeze, drop, ping, close
     CaptureSink     the writer's side: put, mark_incomplete, begin_call, close
-    CaptureStore    a local store (memory, file, redis): both sides, plus what the
-                    store server serves (`freeze_lines`, `resolve_lineage`) and `admin`
+    StagingStore    NeMo Gym 0.7's external staging in a store: the capture ledger
+                    (rows, failures, manifest, resolution) and the staged calls
+    CaptureStore    a local store (memory, file, redis): both sides, staging, plus what
+                    the store server serves (`freeze_lines`, `resolve_lineage`) and `admin`
     StoreAdmin      an operator's view of a local store: status, inspect, delete,
                     sweep, rollout ids; async, with the same shapes on every backend
 
 The `http` source is a CaptureSource only (it speaks to a store server, which
 holds a CaptureStore). Nothing here is optional: a backend implements a whole
 protocol, so no caller looks for a method with `getattr`. The value types the
-protocols exchange live here too. See docs/store-protocol.md#the-store-interface.
+protocols exchange live here too. See docs/store-protocol.md#the-store-interface
+and docs/staging.md#storage.
+
+A rollout holds token entries or staging (ledger rows and staged calls),
+never both: a write of the other family is refused with CaptureConflict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.core.staging import (
+    LedgerResolution,
+    RolloutManifest,
+    StagedCallRecord,
+)
 from token_finalizer.sources._state import CaptureState
 
 __all__ = [
+    "Attachment",
     "CaptureReport",
     "CaptureSink",
     "CaptureSource",
@@ -31,6 +43,10 @@ __all__ = [
     "FrozenLines",
     "LineageQuery",
     "Skipped",
+    "StagedExtras",
+    "StagedLines",
+    "StagingReport",
+    "StagingStore",
     "StoreAdmin",
     "SweepReport",
     "SweepRules",
@@ -38,19 +54,39 @@ __all__ = [
     "SweptLeftover",
 ]
 
+#: One staged attachment as it travels and is kept: `{"bytes": "<standard base64>"}`
+#: or `{"json": <any JSON value>}` (docs/staging.md#storage).
+Attachment: TypeAlias = Mapping[str, Any]
+#: The extras of staged calls by model call id (`None`: the call staged no extras);
+#: a call the store does not hold is absent.
+StagedExtras: TypeAlias = dict[str, dict[str, Any] | None]
+
 
 # -- values ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
+class StagedLines:
+    """A frozen staging rollout as stored: its manifest and, per manifest record in order,
+    the staged call's base snapshot as JSON (no extras), None when it was never staged."""
+
+    manifest: RolloutManifest
+    snapshots: tuple[bytes | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FrozenLines:
-    """A frozen snapshot as its stored entry lines, unparsed (what the store server sends on)."""
+    """A frozen snapshot as its stored entry lines, unparsed (what the store server sends on).
+
+    A staging rollout has no lines: `staged` holds its manifest and snapshots.
+    """
 
     rollout_id: str
     lines: tuple[bytes, ...]
     incomplete: bool
     snapshot_id: str
     version: int
+    staged: StagedLines | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +100,31 @@ class LineageQuery:
     fingerprint_version: int
     fingerprint: str
     context_digests: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StagingReport:
+    """What a staging rollout holds, for `store inspect`.
+
+    `records` are the committed calls (ledger order), `failures` the failure
+    rows as (call id, reason), `staged` the number of staged calls, `orphans`
+    the staged calls no committed row names (a lost acknowledgement).
+    """
+
+    ledger_rows: int
+    records: tuple[str, ...]
+    failures: tuple[tuple[str, str], ...]
+    staged: int
+    orphans: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ledger_rows": self.ledger_rows,
+            "committed_calls": list(self.records),
+            "failures": [{"model_call_id": call, "reason": why} for call, why in self.failures],
+            "staged_calls": self.staged,
+            "orphans": list(self.orphans),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +147,7 @@ class CaptureReport:
     missing_call_ids: tuple[str, ...]
     announced_calls: int
     details: Mapping[str, Any] = field(default_factory=dict)
+    staging: StagingReport | None = None
 
     @property
     def state(self) -> str:
@@ -122,6 +184,8 @@ class CaptureReport:
             "missing_call_ids": list(self.missing_call_ids),
             "announced_calls": self.announced_calls,
         }
+        if self.staging is not None:
+            report["staging"] = self.staging.to_dict()
         report.update(self.details)
         return report
 
@@ -209,6 +273,10 @@ class CaptureSource(Protocol):
         """Release resources; safe to call twice."""
         ...
 
+    async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
+        """The extras of these staged calls (a call not staged is absent from the answer)."""
+        ...
+
 
 class CaptureSink(Protocol):
     """Where model servers record each call's tokens while a rollout runs."""
@@ -257,8 +325,67 @@ class StoreAdmin(Protocol):
         ...
 
 
+class StagingStore(Protocol):
+    """NeMo Gym 0.7's external staging in one store (docs/staging.md#storage).
+
+    Every write refuses a frozen rollout (CaptureFrozen), a retired one
+    (CaptureRetired) and one holding token entries (CaptureConflict), and is
+    durable before it returns. Reads of an unknown or retired rollout find
+    nothing.
+    """
+
+    async def record_ledger_row(self, rollout_id: str, row: Mapping[str, Any]) -> bool:
+        """Append a committed ledger row, write-once per call id across both row kinds.
+
+        True when appended, False for an identical replay; CaptureConflict for
+        any difference (or a failure row stored first for that call);
+        StagingRecordError for a row that is not one `commit_row` makes.
+        """
+        ...
+
+    async def record_ledger_failure(self, rollout_id: str, model_call_id: str, reason: str) -> bool:
+        """Append a failure row; False when that (call, reason) row is already stored."""
+        ...
+
+    async def ledger_has_rows(self, rollout_id: str) -> bool:
+        """Whether the rollout's ledger holds any row."""
+        ...
+
+    async def ledger_manifest(self, rollout_id: str) -> RolloutManifest:
+        """The manifest of the rollout's ledger (empty lists when it holds no row)."""
+        ...
+
+    async def resolve_ledger(self, rollout_id: str, query: LineageQuery) -> LedgerResolution | None:
+        """Which committed row a request continues, over the fingerprint's rows only;
+        None when the rollout holds no ledger row (it may hold token entries)."""
+        ...
+
+    async def stage(
+        self, record: StagedCallRecord, attachments: Mapping[str, Attachment] | None = None
+    ) -> bool:
+        """Store one staged call with its attachments, after the custody checks.
+
+        True when stored, False for an identical replay; CustodyRefusal naming
+        the failed check (nothing stored); CaptureConflict for another payload
+        under the same call id; StagingRecordError for malformed attachments.
+        """
+        ...
+
+    async def fetch_staged(
+        self, rollout_id: str, call_ids: Sequence[str]
+    ) -> tuple[bytes | None, ...]:
+        """Each call's base snapshot as JSON (no extras), in order; None when not staged."""
+        ...
+
+    async def fetch_attachments(
+        self, rollout_id: str, model_call_id: str
+    ) -> dict[str, Attachment] | None:
+        """The call's attachments as staged ({} when it staged none); None when not staged."""
+        ...
+
+
 @runtime_checkable
-class CaptureStore(CaptureSource, CaptureSink, Protocol):
+class CaptureStore(CaptureSource, CaptureSink, StagingStore, Protocol):
     """A local store: both sides, what the store server serves, and its admin."""
 
     #: Shown in reports and logs: `memory`, `file` or `redis`.

@@ -1,12 +1,15 @@
 """The `http` source: a remote capture store speaking protocol v1 (docs/store-protocol.md).
 
-Finalizer side only (freeze, drop, ping, close). One pooled AsyncClient per
+Finalizer side only (freeze, drop, ping, close, and the extras of staged
+calls: a staging rollout's freeze answer holds its manifest and snapshots,
+read by `_http_staged`). One pooled AsyncClient per
 source, opened with the source and closed with it. Freeze and drop are both
 safe to repeat (freeze is idempotent, drop is conditional on the exact
 snapshot), so they go through the project's one retry policy,
 `token_finalizer_client.transport.RetryPolicy` (transient transport errors and
 502/503/504 are retried with jittered exponential backoff; any other answer
-stands), with this source's own attempt count and delays.
+stands), with this source's own attempt count and delays; each retry is
+logged as one warning naming the method and path (docs/configuration.md#logs).
 
 Every failure is raised as a CaptureError subclass whose message says what
 went wrong and where; the finalize path turns it into a masked build.
@@ -15,12 +18,12 @@ went wrong and where; the finalize path turns it into a masked build.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
+import numpy as np
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
@@ -37,7 +40,6 @@ from token_finalizer.core.codec import (
     PromptReuse,
     loads_json,
     loads_with_token_arrays,
-    zstd_decompress,
 )
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import (
@@ -48,6 +50,9 @@ from token_finalizer.core.errors import (
 )
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redact
+from token_finalizer.sources._encoded_body import IDENTITY, decode_body, encoding_of
+from token_finalizer.sources._http_staged import STAGED_KIND, extras_of, staged_snapshot
+from token_finalizer.sources.base import StagedExtras
 from token_finalizer_client.protocol import rollout_path
 from token_finalizer_client.transport import (
     RETRY_STATUSES,
@@ -70,18 +75,36 @@ def _exactly(value: object, kind: type[_T]) -> _T | None:
     return None
 
 
+_TOKEN_ARRAYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+def _same_entry(first: TokenEntry, other: TokenEntry) -> bool:
+    """Whether two parsed entries hold the same payload (token arrays compared as arrays)."""
+    for name in _TOKEN_ARRAYS:
+        if not np.array_equal(getattr(first, name), getattr(other, name), equal_nan=True):
+            return False
+    rest, other_rest = first.to_dict(as_lists=False), other.to_dict(as_lists=False)
+    for name in _TOKEN_ARRAYS:
+        del rest[name], other_rest[name]
+    return bool(rest == other_rest)
+
+
 @dataclass(frozen=True, slots=True)
 class _Answer:
-    """One HTTP answer, its body still zstd-compressed when the server compressed it."""
+    """One HTTP answer, its body still compressed when the server compressed it."""
 
     status_code: int
     headers: Mapping[str, str]
     raw: bytes
-    zstd: bool
+    encoding: str
+
+    @property
+    def compressed(self) -> bool:
+        return self.encoding != IDENTITY
 
     def body(self) -> bytes:
-        """The decoded body; CodecError when it does not decode."""
-        return zstd_decompress(self.raw, limit=HTTP_MAX_ANSWER_BYTES) if self.zstd else self.raw
+        """The decoded body; CodecError when it does not decode or passes the size limit."""
+        return decode_body(self.raw, self.encoding, limit=HTTP_MAX_ANSWER_BYTES)
 
     def error_text(self) -> str:
         """The server's `error` message, else the start of its body."""
@@ -149,13 +172,13 @@ class HttpTokenSource:
             self._client.build_request(method, path, **kwargs), stream=True
         )
         try:
-            # A zstd body is kept compressed: it is decoded later in one shot, off
-            # the event loop (httpx's streaming decoder is several times slower).
-            zstd = response.headers.get("content-encoding", "").strip().lower() == "zstd"
-            chunks = response.aiter_raw() if zstd else response.aiter_bytes()
+            # Every body is read as sent: a compressed one is decoded later in one
+            # pass under the size limit, off the event loop (`_encoded_body`), so a
+            # gzip bomb fails as fast as a zstd one instead of expanding while read.
+            encoding = encoding_of(response.headers.get("content-encoding"))
             parts: list[bytes] = []
             size = 0
-            async for chunk in chunks:
+            async for chunk in response.aiter_raw():
                 parts.append(chunk)
                 size += len(chunk)
                 if size > HTTP_MAX_ANSWER_BYTES:
@@ -163,7 +186,7 @@ class HttpTokenSource:
                         f"capture store {self.url} sent an answer over "
                         f"{HTTP_MAX_ANSWER_BYTES} bytes to {method} {path}"
                     )
-            return _Answer(response.status_code, response.headers, b"".join(parts), zstd=zstd)
+            return _Answer(response.status_code, response.headers, b"".join(parts), encoding)
         finally:
             await response.aclose()
 
@@ -172,7 +195,9 @@ class HttpTokenSource:
         if self._closed:
             raise SourceUnavailable(f"the http source for {self.url} is closed")
         try:
-            return await self._retry.acall(lambda: self._exchange(method, path, **kwargs))
+            return await self._retry.acall(
+                lambda: self._exchange(method, path, **kwargs), method=method, path=path
+            )
         except httpx.HTTPError as exc:
             if is_retryable_error(exc):
                 raise StoreUnreachable(
@@ -208,23 +233,26 @@ class HttpTokenSource:
 
     # -- TokenSource -----------------------------------------------------------
 
-    async def freeze(self, rollout_id: str) -> Snapshot:
-        """Freeze the rollout in the remote store and return its snapshot."""
-        path = rollout_path(check_store_id(rollout_id), "freeze")
-        what = f"freeze of rollout {rollout_id}"
+    async def _within_deadline(self, method: str, path: str, what: str, **kwargs: Any) -> _Answer:
         try:
-            # One deadline for the whole freeze, retries and every byte included:
+            # One deadline for the whole call, retries and every byte included:
             # a store trickling its answer cannot hold a finalize for long.
             async with asyncio.timeout(self.deadline_s):
-                answer = await self._send("POST", path, what)
+                return await self._send(method, path, what, **kwargs)
         except TimeoutError:
             raise StoreUnreachable(
                 f"capture store {self.url} did not finish the {what} within {self.deadline_s}s"
             ) from None
+
+    async def freeze(self, rollout_id: str) -> Snapshot:
+        """Freeze the rollout in the remote store and return its snapshot."""
+        path = rollout_path(check_store_id(rollout_id), "freeze")
+        what = f"freeze of rollout {rollout_id}"
+        answer = await self._within_deadline("POST", path, what)
         self._check_status(answer, f"freeze of rollout {rollout_id}")
-        if answer.zstd or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
+        if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
             # Decoding and parsing a large snapshot would stall the event loop (and
-            # a zstd body is small on the wire whatever its decoded size).
+            # a compressed body is small on the wire whatever its decoded size).
             return await asyncio.to_thread(self._snapshot, answer, rollout_id)
         return self._snapshot(answer, rollout_id)
 
@@ -248,6 +276,9 @@ class HttpTokenSource:
             raise SourceUnavailable(
                 f"capture store {self.url}: {what} names rollout {body.get('rollout_id')!r}"
             )
+        kind = body.get("kind", "entries")
+        if kind not in ("entries", STAGED_KIND):
+            raise SourceUnavailable(f"capture store {self.url}: {what} is of unknown kind {kind!r}")
         entries = _exactly(body.get("entries"), list)
         snapshot_id = _exactly(body.get("snapshot_id"), str) or None  # "" names no snapshot
         version = _exactly(body.get("version"), int)
@@ -263,6 +294,9 @@ class HttpTokenSource:
             raise SourceUnavailable(
                 f"capture store {self.url}: {what} has no valid {', '.join(problems)}"
             )
+        if kind == STAGED_KIND:
+            where = f"capture store {self.url}: {what}"
+            return staged_snapshot(body, rollout_id, snapshot_id, version, where)
         # TokenEntryError (a newer schema, a bad field) propagates as it is.
         parsed = tuple(TokenEntry.from_dict(entry) for entry in entries)
         self._check_entries(parsed, rollout_id, what)
@@ -281,11 +315,18 @@ class HttpTokenSource:
                 f"capture store {self.url}: {what} holds entries of rollout(s) "
                 f"{', '.join(strangers)}"
             )
-        counts = Counter(e.model_call_id for e in entries)
-        twice = sorted(call_id for call_id, count in counts.items() if count > 1)
-        if twice:
+        # A line the store holds twice (a relay re-sent it) is listed twice, the
+        # same both times; two different payloads of one call are the store's fault.
+        first: dict[str, TokenEntry] = {}
+        differing = set()
+        for entry in entries:
+            kept = first.setdefault(entry.model_call_id, entry)
+            if kept is not entry and not _same_entry(kept, entry):
+                differing.add(entry.model_call_id)
+        if differing:
             raise SourceUnavailable(
-                f"capture store {self.url}: {what} lists model call(s) {', '.join(twice)} twice"
+                f"capture store {self.url}: {what} lists model call(s) "
+                f"{', '.join(sorted(differing))} twice, with different payloads"
             )
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
@@ -304,6 +345,22 @@ class HttpTokenSource:
             )
         return dropped
 
+    async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
+        """The extras of these staged calls (`POST staged/extras`); a call not staged is absent."""
+        ids = list(call_ids)
+        if not ids:
+            return {}
+        path = rollout_path(check_store_id(rollout_id), "staged/extras")
+        what = f"extras of rollout {rollout_id}"
+        answer = await self._within_deadline("POST", path, what, json={"keys": ids})
+        self._check_status(answer, what)
+        where = f"capture store {self.url}: the {what}"
+        if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
+            body = await asyncio.to_thread(self._parsed, answer, where, loads_json)
+        else:
+            body = self._parsed(answer, where, loads_json)
+        return extras_of(body, ids, where)
+
     async def ping(self) -> None:
         """Raise SourceUnavailable unless `GET {url}/health` answers 200 (not retried)."""
         if self._closed:
@@ -316,7 +373,7 @@ class HttpTokenSource:
             ) from None
         if response.status_code != 200:
             # The store's own reason (its Redis down, its directory gone), cut short.
-            answer = _Answer(response.status_code, response.headers, response.content, zstd=False)
+            answer = _Answer(response.status_code, response.headers, response.content, IDENTITY)
             reason = redact(answer.error_text())[:_HEALTH_REASON_CHARS]
             raise SourceUnavailable(
                 f"capture store {self.url} is not healthy: /health answered "

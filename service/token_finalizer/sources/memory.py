@@ -1,7 +1,8 @@
 """An in-process capture store, for tests and for embedding in one process.
 
-The file store's semantics over dicts, both sides and the admin. A plain lock
-guards it: every method is short and never awaits while holding it.
+The file store's semantics over dicts, both sides and the admin, and external
+staging beside them (`memory_staging`). A plain lock guards it: every method
+is short and never awaits while holding it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.sources._entries import entry_payload, same_payload
 from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._staging import entries_refused
+from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
 from token_finalizer.sources.base import (
     CaptureReport,
@@ -27,6 +30,7 @@ from token_finalizer.sources.base import (
     SweepRules,
     SweptCapture,
 )
+from token_finalizer.sources.memory_staging import MemoryStaging, RolloutStaging
 
 __all__ = ["MemoryStoreAdmin", "MemoryTokenStore"]
 
@@ -39,23 +43,36 @@ class _Rollout:
     intents: set[str] = field(default_factory=set)
     failed_calls: list[str] = field(default_factory=list)
     updated_at: float = field(default_factory=time.time)
+    staging: RolloutStaging = field(default_factory=RolloutStaging)
 
     def missing_calls(self) -> set[str]:
         return self.intents - self.entries.keys()
 
+    def holds_entries(self) -> bool:
+        """Whether token capture wrote anything (then staging is refused)."""
+        return bool(self.state.incomplete or self.entries or self.intents or self.failed_calls)
+
     def holds_nothing(self) -> bool:
-        return not (self.state.incomplete or self.entries or self.intents or self.failed_calls)
+        return not (self.holds_entries() or self.staging.holds_any())
+
+    def check_entries_writable(self, rollout_id: str) -> None:
+        """A token-capture write: refused once frozen or retired, and for a staging rollout."""
+        self.state.check_writable(rollout_id)
+        if self.staging.holds_any():
+            raise entries_refused(rollout_id)
 
 
-class MemoryTokenStore:
+class MemoryTokenStore(StagingDelegate):
     """CaptureStore over dicts, with the file store's semantics."""
 
     kind = "memory"
+    _staging: MemoryStaging
 
     def __init__(self) -> None:
         self._rollouts: dict[str, _Rollout] = {}
         self._lock = threading.Lock()
         self._admin = MemoryStoreAdmin(self)
+        self._staging = MemoryStaging(self)
 
     @property
     def admin(self) -> MemoryStoreAdmin:
@@ -73,7 +90,7 @@ class MemoryTokenStore:
         digest = line_digest(line)
         with self._lock:
             rollout = self._rollout(parsed.rollout_id)
-            rollout.state.check_writable(parsed.rollout_id)
+            rollout.check_entries_writable(parsed.rollout_id)
             decision = rollout.state.decide_put(parsed.model_call_id, digest)
             stored = rollout.lines.get(parsed.model_call_id)
             if (
@@ -101,6 +118,8 @@ class MemoryTokenStore:
             check_model_call_id(model_call_id)
         with self._lock:
             rollout = self._rollout(rollout_id)
+            if rollout.staging.holds_any():
+                raise entries_refused(rollout_id)
             rollout.state.mark_incomplete(rollout_id)
             if model_call_id:
                 rollout.failed_calls.append(model_call_id)
@@ -110,7 +129,7 @@ class MemoryTokenStore:
         check_model_call_id(model_call_id)
         with self._lock:
             rollout = self._rollout(rollout_id)
-            rollout.state.check_writable(rollout_id)
+            rollout.check_entries_writable(rollout_id)
             rollout.intents.add(model_call_id)
 
     async def freeze(self, rollout_id: str) -> Snapshot:
@@ -118,12 +137,14 @@ class MemoryTokenStore:
         with self._lock:
             rollout = self._rollout(rollout_id)
             rollout.state.freeze(rollout_id)
+            staged = rollout.staging
             return Snapshot(
                 rollout_id=rollout_id,
                 entries=tuple(rollout.entries.values()),
                 incomplete=rollout.state.incomplete or bool(rollout.missing_calls()),
                 snapshot_id=str(rollout.state.snapshot_id),
                 version=rollout.state.version,
+                staged=staged.frozen_capture(rollout_id) if staged.holds_any() else None,
             )
 
     async def freeze_lines(self, rollout_id: str) -> FrozenLines:
@@ -131,12 +152,14 @@ class MemoryTokenStore:
         with self._lock:
             rollout = self._rollout(rollout_id)
             rollout.state.freeze(rollout_id)
+            staged = rollout.staging
             return FrozenLines(
                 rollout_id=rollout_id,
                 lines=tuple(rollout.lines.values()),
                 incomplete=rollout.state.incomplete or bool(rollout.missing_calls()),
                 snapshot_id=str(rollout.state.snapshot_id),
                 version=rollout.state.version,
+                staged=staged.frozen_lines(rollout_id) if staged.holds_any() else None,
             )
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
@@ -153,6 +176,7 @@ class MemoryTokenStore:
                 rollout.lines.clear()
                 rollout.intents.clear()
                 rollout.failed_calls.clear()
+                rollout.staging.clear()
             return True
 
     async def committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
@@ -210,6 +234,7 @@ class MemoryStoreAdmin:
                 incomplete_call_ids=tuple(sorted(set(rollout.failed_calls))),
                 missing_call_ids=tuple(sorted(rollout.missing_calls())),
                 announced_calls=len(rollout.intents),
+                staging=rollout.staging.report() if rollout.staging.holds_any() else None,
             )
 
     async def delete(self, rollout_id: str) -> tuple[str, ...]:

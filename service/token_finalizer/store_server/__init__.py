@@ -16,6 +16,19 @@ finalizer reaches it through an `http` source, model servers through
 
 from __future__ import annotations
 
-from token_finalizer.store_server.app import create_store_app
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from token_finalizer.store_server.app import create_store_app
 
 __all__ = ["create_store_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use (PEP 562): the command line reads `roles` without
+    # loading the web framework the app needs.
+    if name == "create_store_app":
+        from token_finalizer.store_server.app import create_store_app
+
+        return create_store_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,11 @@ A snapshot goes out as its stored lines, spliced into the answer unparsed. A
 resolve answer carries the matched call's cumulative ids as the numpy array
 resolution rebuilt, encoded by orjson in one pass. Large answers are built in
 a worker thread.
+
+A staging rollout (docs/staging.md#protocol) freezes into its manifest and
+the staged base snapshots of its records, in manifest order, spliced from
+their stored JSON; it resolves over its ledger rows, the match carrying the
+staging chain and chain hash instead of token ids.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from token_finalizer._constants import (
     STORE_ENCODE_IN_THREAD_MIN_TOKENS,
 )
 from token_finalizer.core.lineage_resolution import Resolution
-from token_finalizer.sources.base import CaptureStore, FrozenLines, LineageQuery
+from token_finalizer.core.staging import LedgerResolution
+from token_finalizer.sources.base import CaptureStore, FrozenLines, LineageQuery, StagedLines
 from token_finalizer.web.answers import encoded_response, json_response
 
 __all__ = ["freeze_answer", "resolve_answer"]
@@ -45,6 +51,24 @@ def _lines_answer(frozen: FrozenLines, accept_encoding: str | None) -> Response:
     return encoded_response(body, accept_encoding=accept_encoding)
 
 
+def _staged_answer(
+    frozen: FrozenLines, staged: StagedLines, accept_encoding: str | None
+) -> Response:
+    """A staging rollout's freeze answer: the manifest, then each record's staged snapshot."""
+    head = {
+        "rollout_id": frozen.rollout_id,
+        "kind": "staged",
+        "snapshot_id": frozen.snapshot_id,
+        "version": frozen.version,
+        "incomplete": False,
+        "entries": [],
+        "manifest": staged.manifest.to_json(),
+    }
+    snapshots = b",".join(line if line is not None else b"null" for line in staged.snapshots)
+    pieces = [orjson.dumps(head)[:-1], b',"snapshots":[', snapshots, b"]}"]
+    return encoded_response(pieces, accept_encoding=accept_encoding)
+
+
 async def freeze_answer(
     store: CaptureStore, rollout_id: str, accept_encoding: str | None
 ) -> Response:
@@ -54,6 +78,12 @@ async def freeze_answer(
     one is assembled and compressed in a worker thread.
     """
     frozen = await store.freeze_lines(rollout_id)
+    staged = frozen.staged
+    if staged is not None:
+        size = sum(len(line) for line in staged.snapshots if line is not None)
+        if size >= STORE_ENCODE_IN_THREAD_MIN_BYTES:
+            return await asyncio.to_thread(_staged_answer, frozen, staged, accept_encoding)
+        return _staged_answer(frozen, staged, accept_encoding)
     if sum(map(len, frozen.lines)) >= STORE_ENCODE_IN_THREAD_MIN_BYTES:
         return await asyncio.to_thread(_lines_answer, frozen, accept_encoding)
     return _lines_answer(frozen, accept_encoding)
@@ -75,14 +105,27 @@ def _resolution_payload(resolution: Resolution) -> dict[str, Any]:
     }
 
 
+def _ledger_payload(resolution: LedgerResolution) -> dict[str, Any]:
+    match = resolution.match
+    return {
+        "status": resolution.status,
+        "reason": resolution.reason,
+        "match": None if match is None else match.to_json(),
+    }
+
+
 async def resolve_answer(
     store: CaptureStore, rollout_id: str, query: LineageQuery, accept_encoding: str | None
 ) -> Response:
     """Resolve `query` over the rollout's committed calls, read without freezing.
 
     A rollout still being written resolves over what its writers were told is
-    stored. An answer carrying many token ids is encoded in a worker thread.
+    stored. An answer carrying many token ids is encoded in a worker thread. A
+    staging rollout resolves over its ledger rows.
     """
+    ledger = await store.resolve_ledger(rollout_id, query)
+    if ledger is not None:
+        return json_response(_ledger_payload(ledger), accept_encoding=accept_encoding)
     resolution = await store.resolve_lineage(rollout_id, query)
     payload = _resolution_payload(resolution)
     match = resolution.match

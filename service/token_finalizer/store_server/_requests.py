@@ -5,17 +5,22 @@ Every refusal is an HttpError 422 naming what is wrong.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from token_finalizer.core.identity import check_model_call_id
 from token_finalizer.core.lineage_resolution import ResolutionRequestError, resolve_lineage
 from token_finalizer.sources.base import LineageQuery
 from token_finalizer.web.errors import HttpError
+from token_finalizer_client.protocol import CAPTURE_SEGMENT
 
 __all__ = [
     "call_entry",
     "drop_target",
+    "is_call_path",
     "optional_call_id",
+    "path_call_id",
     "required_call_id",
     "resolve_request",
 ]
@@ -32,6 +37,31 @@ def call_entry(body: dict[str, Any], rollout_id: str, model_call_id: str) -> dic
         elif body[key] != from_path:
             raise HttpError(422, f"body {key} {body[key]!r} differs from the path's {from_path!r}")
     return body
+
+
+_CALLS = f"/{CAPTURE_SEGMENT}/calls/".encode()
+
+
+def is_call_path(scope: Mapping[str, Any]) -> bool:
+    """Whether the raw path names a model call (`.../training-token-capture/calls/...`)."""
+    return _CALLS in bytes(scope.get("raw_path") or b"")
+
+
+def path_call_id(scope: Mapping[str, Any]) -> str:
+    """The model call id of a PUT path, percent-decoded exactly once from the raw path.
+
+    Read from the bytes as sent, not from the server's decoded path, so that
+    `%2F` is a `/` of the id and `%252F` the three characters `%2F`, whatever
+    the ASGI server did to the path. A sequence that is not UTF-8 is a 422.
+    """
+    raw = scope.get("raw_path")
+    if not raw:
+        return str(scope["path_params"]["model_call_id"])
+    encoded = bytes(raw).split(b"?", 1)[0].split(_CALLS, 1)[-1]
+    try:
+        return unquote(encoded.decode("ascii"), errors="strict")
+    except UnicodeDecodeError:
+        raise HttpError(422, "the model call id in the path is not percent-encoded UTF-8") from None
 
 
 def optional_call_id(body: dict[str, Any]) -> str:

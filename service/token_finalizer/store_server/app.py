@@ -1,7 +1,9 @@
 """The FastAPI app of the capture store: thin routes over a local store's methods.
 
 Store exceptions map to statuses in one place (`_STATUS_OF`); every refusal is
-`{"error": "<message>"}`.
+`{"error": "<message>"}`. Which token may call which route is `roles.ROUTE_ROLES`.
+External staging's routes are `staging_routes`; NeMo Gym's control route,
+with Gym's own refusals, is `control_route`.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from token_finalizer._constants import STORE_MAX_BODY_BYTES, STORE_RETRY_AFTER_S
@@ -29,15 +32,26 @@ from token_finalizer.store_server._health import store_health
 from token_finalizer.store_server._requests import (
     call_entry,
     drop_target,
+    is_call_path,
     optional_call_id,
+    path_call_id,
     required_call_id,
     resolve_request,
 )
+from token_finalizer.store_server.control_route import install_control_route
+from token_finalizer.store_server.roles import (
+    CALL_ROUTE,
+    StoreTokens,
+    checks_own_token,
+    role_of,
+    unassigned_routes,
+)
+from token_finalizer.store_server.staging_routes import install_staging_routes
 from token_finalizer.web.access_log import AccessLogMiddleware
 from token_finalizer.web.answers import error_response, json_response
 from token_finalizer.web.auth import BearerTokenGuard
 from token_finalizer.web.body import JsonBody, read_json_object
-from token_finalizer.web.errors import StatusTable, install_error_handlers
+from token_finalizer.web.errors import HttpError, StatusTable, install_error_handlers
 from token_finalizer_client.protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
 
 __all__ = ["PROTOCOL_PREFIX", "create_store_app"]
@@ -67,26 +81,63 @@ def _rollout_segment(request: Request) -> str | None:
 
 
 def _bad_id_not_found(request: Request) -> Response | None:
-    """`a%2Fb` arrives decoded as two segments and matches no route: name the bad id."""
+    """`a%2Fb` arrives decoded as two segments and matches no route: name the bad id.
+
+    A call id holding a newline matches no route either (a route's pattern
+    stops at line ends): it is named the same way.
+    """
     segment = _rollout_segment(request)
     if segment is not None:
         try:
             check_store_id(segment)
+            if request.method == "PUT" and is_call_path(request.scope):
+                check_model_call_id(path_call_id(request.scope))
         except InvalidRolloutId as invalid:
             return error_response(422, str(invalid))
+        except HttpError as refusal:
+            return error_response(refusal.status_code, refusal.message)
     return error_response(404, f"no such capture-store path: {request.url.path}")
 
 
+def _check_roles(app: FastAPI) -> None:
+    """Refuse to build an app serving a route whose role was never decided."""
+    served = [
+        (method, route.path)
+        for route in app.routes
+        if isinstance(route, APIRoute)
+        for method in route.methods or ()
+    ]
+    missing = unassigned_routes(served)
+    if missing:
+        raise RuntimeError(f"store routes without a role in ROUTE_ROLES: {', '.join(missing)}")
+
+
 def create_store_app(
-    store: CaptureStore, *, token: str | None = None, max_body_bytes: int = STORE_MAX_BODY_BYTES
+    store: CaptureStore,
+    *,
+    token: str | None = None,
+    tokens: StoreTokens | None = None,
+    max_body_bytes: int = STORE_MAX_BODY_BYTES,
 ) -> FastAPI:
     """Serve protocol v1 over `store`, a local memory, file or redis store.
 
     The routes call its put, mark_incomplete, begin_call, freeze_lines, drop
-    and resolve_lineage (read-only). With `token`, every path
-    but /health needs `Authorization: Bearer <token>`. Request bodies over
-    `max_body_bytes` are refused with 413. The caller owns `store` and closes it.
+    and resolve_lineage (read-only), and its staging methods. With `tokens`,
+    every path but /health needs `Authorization: Bearer <token>` of a token
+    holding the route's role (401 for an unknown token, 403 for a wrong role);
+    `token` is one token holding every role. NeMo Gym's control route is
+    mounted only when a control (or shared) token is configured, and checks
+    it itself. Request bodies over `max_body_bytes` are refused with 413. The
+    caller owns `store` and closes it.
     """
+    access = tokens or StoreTokens()
+    if token is not None:
+        access = StoreTokens(
+            writer=access.writer,
+            finalizer=access.finalizer,
+            control=access.control,
+            shared=(*access.shared, token),
+        )
     app = FastAPI(
         title="token-finalizer capture store",
         summary="Remote capture store, protocol v1",
@@ -99,9 +150,15 @@ def create_store_app(
     install_error_handlers(
         app, _STATUS_OF, not_found=_bad_id_not_found, retry_after_s=STORE_RETRY_AFTER_S
     )
-    if token is not None:
+    if access.enabled:
         # Probes stay open: load balancers and the finalizer's /ready have no token.
-        app.add_middleware(BearerTokenGuard, tokens=[token], open_paths={"/health"})
+        app.add_middleware(
+            BearerTokenGuard,
+            tokens=access.by_role(),
+            role_of=role_of,
+            open_paths={"/health"},
+            passes=checks_own_token,
+        )
     # One JSON line per request, probes (/health) at debug level only.
     app.add_middleware(AccessLogMiddleware)
 
@@ -133,10 +190,10 @@ def create_store_app(
         dropped = await store.drop(rollout_id, snapshot_id=snapshot_id, version=version)
         return json_response({"dropped": bool(dropped)})
 
-    @app.put(PROTOCOL_PREFIX + "/calls/{model_call_id}")
-    async def put_call(rollout_id: str, model_call_id: str, request: Request) -> Response:
+    @app.put(CALL_ROUTE)
+    async def put_call(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        check_model_call_id(model_call_id)
+        model_call_id = check_model_call_id(path_call_id(request.scope))
         body = (await _read(request)).data
         await store.put(call_entry(body, rollout_id, model_call_id))
         return json_response({"stored": True})
@@ -163,4 +220,10 @@ def create_store_app(
             store, rollout_id, resolve_request(body), request.headers.get("accept-encoding")
         )
 
+    install_staging_routes(app, store, _read)
+    if access.control or access.shared:
+        # Gym's control route requires a token; a finalizer may read manifests too.
+        install_control_route(app, store, (*access.control, *access.finalizer, *access.shared))
+
+    _check_roles(app)
     return app

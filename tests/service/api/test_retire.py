@@ -160,7 +160,7 @@ def test_v1_retire_body_is_422(client: httpx.Client) -> None:
     assert response.status_code == 422
 
 
-_KEY = "retire-test-key"
+_KEY = "retire-test-key-0123456789abcdefgh"
 
 
 def _signed(rollout_id: str, source: str) -> dict[str, Any]:

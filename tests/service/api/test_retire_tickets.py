@@ -28,7 +28,7 @@ from token_finalizer.api import create_app
 from token_finalizer.service.tickets import TicketSigner
 from token_finalizer.settings import Settings, settings_from_mapping
 
-KEY = "retire-key-of-the-tests"
+KEY = "retire-key-of-the-tests-0123456789"
 
 
 @pytest.fixture

@@ -162,3 +162,52 @@ def test_projection_without_generated_tokens_names_no_trainable_tokens() -> None
         projection.NO_TOKENS_ERROR,
         MaskReason.NO_TRAINABLE_TOKENS,
     )
+
+
+def test_empty_capture_error_says_the_id_is_frozen_and_how_to_free_it() -> None:
+    """An empty capture's error says finalize froze the id, and names `store delete`."""
+    build = rebuild_snapshot(snapshot_of([]))
+    assert build.error == (
+        "capture contains no token records; finalize froze rollout r all the same, so a later "
+        "write to it is refused: if the id is wrong or its rollout was not finished, remove the "
+        "capture with `token-finalizer store delete r`"
+    )
+
+
+# -- a call stored twice (NeMo Gym 0.7 counts every stored line) ---------------------------
+
+
+def _stored_twice(*, lineage: bool) -> Snapshot:
+    """Calls c1 and c2, c1's line stored a second time (a relay that re-sent it)."""
+    calls = [
+        make_entry("r", "c1", [1, 2], [3], created_at=1.0),
+        make_entry("r", "c2", [1, 2, 3, 4], [5], created_at=2.0),
+    ]
+    if lineage:
+        calls = stamp_lineage(calls, {"c1": None, "c2": "c1"})
+    return snapshot_of([*calls, dict(calls[0])])
+
+
+@pytest.mark.parametrize("lineage", [False, True], ids=["seed", "lineage"])
+def test_a_call_stored_twice_counts_twice_in_n_calls(lineage: bool) -> None:
+    """Three stored lines for two calls: `n_calls` 3, as NeMo Gym 0.7 reports it."""
+    build = rebuild_snapshot(_stored_twice(lineage=lineage))
+    assert build.metrics["n_calls"] == 3
+
+
+@pytest.mark.parametrize("lineage", [False, True], ids=["seed", "lineage"])
+def test_a_call_stored_twice_is_built_once(lineage: bool) -> None:
+    """The build is that of the two calls: one chain, both generations, not masked."""
+    build = rebuild_snapshot(_stored_twice(lineage=lineage))
+    assert build.rebuilt_response is not None
+    generations = [
+        item["generation_token_ids"].tolist() for item in build.rebuilt_response["output"]
+    ]
+    metrics = build.metrics
+    assert (build.mask_sample, generations, metrics["chains"], metrics["roots"]) == (
+        False,
+        [[3], [5]],
+        1,
+        1,
+    )
+    assert (metrics["generated_tokens_captured"], metrics["quarantined_fraction"]) == (2, 0.0)

@@ -252,14 +252,24 @@ async def test_entry_of_another_rollout_raises_source_unavailable(
         await source.freeze("r1")
 
 
-async def test_repeated_call_id_raises_source_unavailable(
+async def test_call_listed_twice_with_different_payloads_raises_source_unavailable(
     store: respx.MockRouter, source: HttpTokenSource
 ) -> None:
-    """A snapshot listing one model call twice is refused."""
-    entry = make_entry("r1", "c1", [1], [2])
-    store.post(FREEZE).respond(200, json=snapshot_body(entries=[entry, entry]))
-    with pytest.raises(SourceUnavailable, match="c1 twice"):
+    """A snapshot listing one model call twice, with different tokens, is refused."""
+    first, second = make_entry("r1", "c1", [1], [2]), make_entry("r1", "c1", [1], [3])
+    store.post(FREEZE).respond(200, json=snapshot_body(entries=[first, second]))
+    with pytest.raises(SourceUnavailable, match="c1 twice, with different payloads"):
         await source.freeze("r1")
+
+
+async def test_call_listed_twice_with_the_same_payload_is_two_entries(
+    store: respx.MockRouter, source: HttpTokenSource
+) -> None:
+    """A line the store holds twice (a relay re-sent it) reaches the builder twice, as in 0.7."""
+    entry = make_entry("r1", "c1", [1], [2])
+    store.post(FREEZE).respond(200, json=snapshot_body(entries=[entry, dict(entry)]))
+    snapshot = await source.freeze("r1")
+    assert [e.model_call_id for e in snapshot.entries] == ["c1", "c1"]
 
 
 @pytest.mark.parametrize(

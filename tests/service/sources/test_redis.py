@@ -37,7 +37,7 @@ from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.settings import ConfigError, settings_from_mapping
-from token_finalizer.sources.redis import KEY_PARTS, RedisTokenStore
+from token_finalizer.sources.redis import ENTRY_KEY_PARTS, RedisTokenStore
 
 pytestmark = pytest.mark.anyio
 
@@ -75,12 +75,12 @@ def _dead_url(password: str | None = None) -> str:
 async def test_every_key_of_a_rollout_carries_its_hash_tag(
     rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
 ) -> None:
-    """All six keys of a rollout are `<prefix>{ng:<id>}:<part>`, so they share a cluster slot."""
+    """All six token-capture keys of a rollout are `<prefix>{ng:<id>}:<part>` (one cluster slot)."""
     await rstore.begin_call("r.1", "c2")
     await rstore.put(make_entry("r.1", "c1", [1], [2]))
     await rstore.mark_incomplete("r.1", "c3")
     keys = _keys(raw, redis_prefix)
-    assert keys == sorted(f"{redis_prefix}{{ng:r.1}}:{part}" for part in KEY_PARTS)
+    assert keys == sorted(f"{redis_prefix}{{ng:r.1}}:{part}" for part in ENTRY_KEY_PARTS)
     assert len({key_slot(key.encode()) for key in keys}) == 1
 
 
@@ -127,9 +127,23 @@ async def test_refused_ids_write_no_key(
     for bad in ("a}b", "{ng:x}", "a b", "../x"):
         with pytest.raises(InvalidRolloutId):
             await rstore.freeze(bad)
+    for bad in ("a\nb", "\x00", ""):
         with pytest.raises(InvalidRolloutId):
             await rstore.begin_call("r1", bad)
     assert _keys(raw, redis_prefix) == []
+
+
+async def test_call_ids_are_hash_fields_never_key_names(
+    rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
+) -> None:
+    """A call id holding `{`, `}`, `:` and `/` adds no key: it is a field of the rollout's keys."""
+    call_id = "{ng:x}/a}b:c"
+    await rstore.begin_call("r1", call_id)
+    await rstore.put(make_entry("r1", call_id, [1], [2]))
+    await rstore.mark_incomplete("r1", call_id)
+    keys = _keys(raw, redis_prefix)
+    assert keys and all(key.startswith(f"{redis_prefix}{{ng:r1}}:") for key in keys)
+    assert not [key for key in keys if call_id in key]
 
 
 # -- retention ----------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ from token_finalizer.core.codec import dumps_entry_line
 pytestmark = pytest.mark.anyio
 
 BAD_IDS = ["..", "../etc", "a/b", "a\\b", "%2e%2e", "a%2Fb", "a b", "a\x00b", "ｒ1", "é", "", "{x}"]
+# Call ids are not keys: anything but control characters and lone surrogates (0.7's ids).
+BAD_CALL_IDS = ["", "a\x00b", "a\nb", "a\rb", "c\x1b[2J", "c\x85", "\ud800", "x" * 201]
+ENGINE_CALL_IDS = ["agent:3/call-7", "../etc", "{x}", "a b", "50%2F", "é-調用", "..", "a\u2028b"]
 
 
 def _ids(snapshot: Any) -> list[str]:
@@ -383,15 +386,32 @@ async def test_bad_rollout_ids_are_refused(store: Any, bad: str) -> None:
         await store.put(make_entry("r1", "c1", [1], [2]) | {"rollout_id": bad})
 
 
-@pytest.mark.parametrize("bad", [b for b in BAD_IDS if b])
+@pytest.mark.parametrize("bad", [b for b in BAD_CALL_IDS if b])
 async def test_bad_call_ids_are_refused(store: Any, bad: str) -> None:
-    """Call ids outside [A-Za-z0-9._-]+ are refused by put, begin_call and mark_incomplete."""
+    """Call ids with a control character, a lone surrogate or over 200 characters are refused."""
     for attempt in (lambda: store.begin_call("r1", bad), lambda: store.mark_incomplete("r1", bad)):
         with pytest.raises(InvalidRolloutId):
             await attempt()
     with pytest.raises(TokenEntryError):
         await store.put(make_entry("r1", "c1", [1], [2]) | {"model_call_id": bad})
     assert await store.admin.status("r1") is None
+
+
+@pytest.mark.parametrize("call_id", ENGINE_CALL_IDS)
+async def test_engine_call_ids_round_trip_through_every_store(store: Any, call_id: str) -> None:
+    """A call id with colons, slashes, braces or non-ASCII letters is put, announced and frozen
+    unchanged; its announcement matches its entry (the snapshot is complete)."""
+    await store.begin_call("r1", call_id)
+    await store.put(make_entry("r1", call_id, [1], [2]))
+    snapshot = await store.freeze("r1")
+    assert (_ids(snapshot), snapshot.incomplete) == ([call_id], False)
+
+
+@pytest.mark.parametrize("call_id", ENGINE_CALL_IDS)
+async def test_engine_call_ids_can_be_marked_failed(store: Any, call_id: str) -> None:
+    """Marking such a call failed makes the snapshot incomplete, the id unchanged."""
+    await store.mark_incomplete("r1", call_id)
+    assert (await store.freeze("r1")).incomplete is True
 
 
 # -- administration (every store) -----------------------------------------------------------

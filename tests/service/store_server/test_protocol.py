@@ -280,8 +280,8 @@ def test_zstd_answer_is_a_standard_frame(store: Store, rid: str) -> None:
     assert zstandard.ZstdDecompressor().decompressobj().decompress(raw) == plain
 
 
-def test_file_line_stored_twice_is_answered_once(tmp_path: Path, rid: str) -> None:
-    """A call its writer stored twice byte for byte (a retried append) is in the answer once."""
+def test_file_line_stored_twice_is_answered_twice(tmp_path: Path, rid: str) -> None:
+    """A line a relay appended twice, byte for byte, is in the answer twice (0.7 counts both)."""
     backend = FileTokenStore(tmp_path)
     payload = entry(rid)
     anyio.run(backend.put, payload)
@@ -289,7 +289,7 @@ def test_file_line_stored_twice_is_answered_once(tmp_path: Path, rid: str) -> No
     jsonl.write_bytes(jsonl.read_bytes() * 2)  # the second copy is not yet indexed
     with in_process(create_store_app(backend)) as client:
         answer = client.post(f"/ng-rollout/{rid}/training-token-capture/freeze").json()
-    assert answer["entries"] == [payload]
+    assert answer["entries"] == [payload, payload]
 
 
 # -- drop -------------------------------------------------------------------------------------
@@ -399,11 +399,93 @@ def test_dot_dot_segment_is_refused(served_url: str) -> None:
 
 
 def test_unsafe_call_id_is_422(store: Store, rid: str) -> None:
-    """A model call id with a space is refused with 422 naming it."""
+    """A model call id with a newline is refused with 422 naming it."""
     response = send_exactly(
-        store.http, "PUT", f"/ng-rollout/{rid}/training-token-capture/calls/c%201"
+        store.http, "PUT", f"/ng-rollout/{rid}/training-token-capture/calls/c%0A1"
     )
-    assert (response.status_code, "'c 1'" in response.json()["error"]) == (422, True)
+    assert (response.status_code, "'c\\n1'" in response.json()["error"]) == (422, True)
+
+
+def test_call_id_that_is_not_utf8_is_422(store: Store, rid: str) -> None:
+    """A percent-encoded call id that does not decode as UTF-8 is refused with 422."""
+    response = send_exactly(
+        store.http, "PUT", f"/ng-rollout/{rid}/training-token-capture/calls/c%FF"
+    )
+    assert (response.status_code, "UTF-8" in response.json()["error"]) == (422, True)
+
+
+def _put_raw(url: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """PUT `body` to `path` sent byte for byte to a real server."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        payload = json.dumps(body).encode()
+        connection.request("PUT", path, body=payload, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("segment", "call_id"),
+    [
+        ("agent%3A3%2Fcall-7", "agent:3/call-7"),
+        ("agent:3/call-7", "agent:3/call-7"),
+        ("50%252F", "50%2F"),
+        ("%C3%A9%20%E8%AA%BF", "é 調"),
+        ("%2E%2E", ".."),
+    ],
+    ids=["encoded-slash", "plain-slash", "encoded-percent", "non-ascii", "dot-dot"],
+)
+def test_call_ids_in_the_path_are_decoded_exactly_once(
+    served_url: str, segment: str, call_id: str
+) -> None:
+    """A real server reads the call id from the path as sent, percent-decoded once: the body's
+    id then matches it, and the call is stored under it."""
+    rollout_id = f"r-{uuid.uuid4().hex[:12]}"
+    path = f"/ng-rollout/{rollout_id}/training-token-capture/calls/{segment}"
+    assert _put_raw(served_url, path, entry(rollout_id, call_id)) == (200, {"stored": True})
+    status, body = raw_request(served_url, "POST", path.split("/calls/")[0] + "/freeze")
+    assert (status, [e["model_call_id"] for e in body["entries"]]) == (200, [call_id])
+
+
+def test_a_call_id_decoded_twice_would_differ_and_is_refused(served_url: str) -> None:
+    """`50%252F` is the id `50%2F`, not `50/`: a body claiming `50/` is refused with 422."""
+    rollout_id = f"r-{uuid.uuid4().hex[:12]}"
+    path = f"/ng-rollout/{rollout_id}/training-token-capture/calls/50%252F"
+    status, body = _put_raw(served_url, path, entry(rollout_id, "50/"))
+    assert (status, "differs from the path's '50%2F'" in body["error"]) == (422, True)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"cum_len": 2**64}, "cum_len"),
+        ({"offset": -(2**63) - 1}, "offset"),
+        ({"engine_meta": {"sizes": [1, 99_999_999_999_999_999_999_999]}}, "engine_meta.sizes[1]"),
+        ({"seed": 2**70}, "seed"),
+    ],
+    ids=["lineage-2**64", "unknown-below-int64", "nested-unknown", "unknown"],
+)
+def test_an_integer_beyond_64_bits_is_a_422_naming_the_field(
+    served_url: str, extra: dict[str, Any], field: str
+) -> None:
+    """A lineage or unknown field holding an integer outside [-2**63, 2**64): 422, not a 500."""
+    rollout_id = f"r-{uuid.uuid4().hex[:12]}"
+    path = f"/ng-rollout/{rollout_id}/training-token-capture/calls/c1"
+    status, body = _put_raw(served_url, path, {**entry(rollout_id), **extra})
+    assert status == 422
+    assert body["error"].startswith(f"{field} holds an integer outside [-2**63, 2**64)")
+
+
+def test_the_largest_64_bit_integer_is_stored_exactly(served_url: str) -> None:
+    """2**64 - 1 in an unknown field is stored, and frozen back exactly."""
+    rollout_id = f"r-{uuid.uuid4().hex[:12]}"
+    path = f"/ng-rollout/{rollout_id}/training-token-capture/calls/c1"
+    assert _put_raw(served_url, path, {**entry(rollout_id), "seed": 2**64 - 1})[0] == 200
+    status, body = raw_request(served_url, "POST", path.split("/calls/")[0] + "/freeze")
+    assert (status, body["entries"][0]["seed"]) == (200, 2**64 - 1)
 
 
 def test_refused_ids_never_reach_the_file_system(tmp_path: Path) -> None:

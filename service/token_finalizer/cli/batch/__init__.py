@@ -1,20 +1,24 @@
 """`token-finalizer finalize` and `token-finalizer retire`: offline batches of records.
 
     token-finalizer finalize IN.jsonl -o OUT.jsonl (--server URL [--token T] | --config PATH)
-                             [--source NAME] [--concurrency K] [--run-id ID]
+                             [--source NAME] [--concurrency K] [--run-id ID] [--allow-bad-lines]
     token-finalizer retire OUT.jsonl (--server URL [--token T] | --config PATH) [--concurrency K]
+                           [--allow-bad-lines]
 
 `finalize` streams IN one line at a time and writes one OUT line per IN line,
 in input order: the finalize answer object, or `{"line": N, "error": ...}`
-for a line that is not a JSON object (or that the service refused), so
-nothing is dropped silently. OUT is flushed and fsynced before the command
-returns; only then is it safe to run `retire`, which drops the capture of
-every retirable line (masked and failed builds are never retired).
+for a bad line (not a JSON object, nested too deep, or refused by the
+service), so nothing is dropped silently. OUT is flushed and fsynced before
+the command returns; only then is it safe to run `retire`, which drops the
+capture of every retirable line (masked and failed builds are never
+retired) after verifying its ticket: `retire --config` needs the
+`retire.key` of the finalizer that issued the tickets.
 
-Exit status: 0 when every line was handled (bad lines included: they are
-in OUT and in the summary), 1 when the batch stopped early (OUT then holds
-the lines before the failure), 2 for unusable arguments or configuration, 130
-when interrupted (the lines written so far are fsynced too).
+Exit status (`running`): 0 when every line was handled and none failed, 1
+when the batch stopped early (OUT then holds the lines before the failure),
+2 for unusable arguments or configuration, 3 when every line was handled
+but some failed (bad lines, refused tickets; `--allow-bad-lines` accepts bad
+lines), 130 when interrupted (the lines written so far are fsynced too).
 
 The modules, one concept each:
 

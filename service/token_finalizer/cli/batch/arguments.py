@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from token_finalizer.cli.batch.running import UsageError
 
 if TYPE_CHECKING:
     from token_finalizer.cli.batch.targets import BatchTarget
+    from token_finalizer.settings import Settings
 
 __all__ = [
     "FINALIZE_HELP",
@@ -53,6 +55,13 @@ def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help=f"records handled at once (default {BATCH_DEFAULT_CONCURRENCY})",
     )
+    parser.add_argument(
+        "--allow-bad-lines",
+        action="store_true",
+        help="exit 0 even when lines are bad (not JSON, not what the command reads, or "
+        "refused as malformed); they are still reported and kept in the output. Without "
+        "it any failed line makes the exit status 3",
+    )
 
 
 def add_finalize_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,8 +90,35 @@ def add_retire_arguments(parser: argparse.ArgumentParser) -> None:
     _add_target_arguments(parser)
 
 
-def open_target(args: argparse.Namespace) -> BatchTarget:
-    """The service at --server, or this process on the sources of --config."""
+def _check_retire_key(settings: Settings, config: str) -> None:
+    """UsageError when an in-process retire could not verify a single ticket."""
+    if settings.retire.key is None:
+        raise UsageError(
+            f"{config} sets no retire.key, so no retire ticket can be verified and nothing "
+            "is retired: set retire.key (or $TOKEN_FINALIZER__RETIRE__KEY) to the key of the "
+            "finalizer that issued the tickets, or retire through that finalizer with "
+            "--server URL (docs/configuration.md#retire)"
+        )
+
+
+def _warn_unverifiable_tickets(settings: Settings, config: str) -> None:
+    """Say that tickets signed under a random key cannot be retired by any later process."""
+    if settings.retire.key is None:
+        sys.stderr.write(
+            f"token-finalizer finalize: warning: {config} sets no retire.key: the tickets "
+            "written to the output verify in this process only, so `token-finalizer retire` "
+            "will refuse them; set retire.key to retire later (finalizing again then gives "
+            "new tickets for the same snapshots)\n"
+        )
+
+
+def open_target(args: argparse.Namespace, *, retiring: bool = False) -> BatchTarget:
+    """The service at --server, or this process on the sources of --config.
+
+    In this process tickets are signed and verified with `retire.key`: a
+    retire without one is a UsageError (it could verify nothing), a finalize
+    without one is warned about.
+    """
     from token_finalizer.cli.batch.targets import InProcessTarget, ServiceTarget
     from token_finalizer.settings import ConfigError, load_settings
 
@@ -100,13 +136,18 @@ def open_target(args: argparse.Namespace) -> BatchTarget:
         settings = load_settings(args.config)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    if retiring:
+        _check_retire_key(settings, args.config)
     try:
-        return InProcessTarget(settings, run_id=run_id, source=source)
+        target = InProcessTarget(settings, run_id=run_id, source=source)
     except OSError as exc:  # a file source whose directory cannot be created or opened
         where = f"{exc.filename}: " if exc.filename else ""
         raise UsageError(
             f"cannot open the sources of {args.config}: {where}{_reason(exc)}"
         ) from None
+    if not retiring:
+        _warn_unverifiable_tickets(settings, args.config)
+    return target
 
 
 # What an OSError means for a file named on the command line, said plainly.

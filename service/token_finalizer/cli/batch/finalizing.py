@@ -1,10 +1,13 @@
 """`token-finalizer finalize`: every line of IN answered in OUT, in input order, then fsynced.
 
 OUT holds one line per IN line: the finalize answer object, or
-`{"line": N, "error": ...}` for a line that is not a JSON object (or that the
-service refused), so nothing is dropped silently. OUT is flushed and fsynced
-before the command returns, after a stop or an interrupt too; only then is it
-safe to run `retire`.
+`{"line": N, "error": ...}` for a bad line (not a JSON object, nested deeper
+than the service accepts, a finalize answer instead of a record, a record the
+service refused, an answer that cannot be written), so nothing is dropped
+silently. A bad line is reported and the batch goes on; it makes the exit
+status 3 unless --allow-bad-lines. OUT is flushed and fsynced before the
+command returns, after a stop or an interrupt too; only then is it safe to
+run `retire`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from token_finalizer._constants import MAX_JSON_DEPTH
 from token_finalizer.cli.batch.arguments import (
     check_output,
     open_input,
@@ -30,6 +34,7 @@ from token_finalizer.cli.batch.arguments import (
 from token_finalizer.cli.batch.lines import Line, fsync, read_jsonl
 from token_finalizer.cli.batch.progress import Progress
 from token_finalizer.cli.batch.running import (
+    EXIT_LINES_FAILED,
     EXIT_OK,
     EXIT_STOPPED,
     UsageError,
@@ -81,10 +86,18 @@ class _FinalizeSummary:
 
 
 def _encode(payload: dict[str, Any]) -> bytes:
-    import orjson
+    from token_finalizer.core.codec import encode_json
 
-    # In-process answers keep token fields as numpy arrays: encoded as they are.
-    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+    # In-process answers keep token fields as numpy arrays: encoded as they are;
+    # integers beyond 64 bits are written exactly, as the service writes them.
+    return encode_json(payload)
+
+
+def _not_a_record(data: dict[str, Any]) -> str | None:
+    """Why an object line is not a rollout record (None when it may be one)."""
+    if "record" in data and "retirable" in data:
+        return "a finalize answer, not a rollout record: pass the records themselves"
+    return None
 
 
 def _mask_reason(build: Any) -> str | None:
@@ -100,7 +113,12 @@ def _answer_line(number: int, answer: dict[str, Any]) -> _Written:
     reason = _mask_reason(build)
     outcome = "no_build" if build is None else "finalized" if reason is None else "masked"
     retirable = bool(answer.get("retirable"))
-    return _Written(number, _encode(answer), outcome, reason=reason, retirable=retirable)
+    try:
+        payload = _encode(answer)
+    except (TypeError, ValueError, RecursionError) as exc:
+        # Reported like any bad line: one record must not end the batch.
+        return _error_line(number, f"the finalize answer cannot be written as JSON: {exc}")
+    return _Written(number, payload, outcome, reason=reason, retirable=retirable)
 
 
 def _error_line(number: int, message: str) -> _Written:
@@ -112,6 +130,9 @@ async def _finalize_line(target: BatchTarget, line: Line) -> _Written:
 
     if line.data is None:
         return _error_line(line.number, line.error or "unreadable line")
+    problem = _not_a_record(line.data)
+    if problem is not None:
+        return _error_line(line.number, problem)
     try:
         answer = await target.finalize(line.data)
     except LineRefusedError as exc:
@@ -161,12 +182,11 @@ def _finalize(args: argparse.Namespace) -> int:
             if written.error is not None:
                 progress.report(written.number, written.error)
 
+        # Lines nesting deeper than the service accepts are refused before they
+        # are parsed, as the service refuses such a body (docs/finalizer-api.md#limits).
+        lines = read_jsonl(reader, progress, max_depth=MAX_JSON_DEPTH)
         try:
-            stopped = asyncio.run(
-                in_order(
-                    target, _finalize_line, read_jsonl(reader, progress), args.concurrency, write
-                )
-            )
+            stopped = asyncio.run(in_order(target, _finalize_line, lines, args.concurrency, write))
         finally:
             # Durable before anyone may retire: also after a stop or an interrupt.
             fsync(writer, output_path)
@@ -178,6 +198,13 @@ def _finalize(args: argparse.Namespace) -> int:
             f"finalize: {output_path} holds the first {summary.lines} lines only\n"
         )
         return EXIT_STOPPED
+    bad = summary.outcomes["bad_line"]
+    if bad and not args.allow_bad_lines:
+        sys.stderr.write(
+            f"finalize: {bad} bad line{'' if bad == 1 else 's'} (reported above, error lines "
+            f"in {output_path}): exit status {EXIT_LINES_FAILED}; --allow-bad-lines accepts them\n"
+        )
+        return EXIT_LINES_FAILED
     return EXIT_OK
 
 

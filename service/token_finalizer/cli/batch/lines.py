@@ -23,15 +23,27 @@ class Line:
     error: str | None = None
 
 
-def _parse_line(number: int, raw: bytes) -> Line:
-    """Input line `number` as a JSON object, or the reason it is not one."""
-    from token_finalizer.core.codec import json_type_name, loads_json
+def _parse_line(number: int, raw: bytes, max_depth: int | None) -> Line:
+    """Input line `number` as a JSON object, or the reason it is not one.
+
+    Integers are read exactly at any size, as the service reads a body. With
+    `max_depth`, a line nesting deeper is refused before it is parsed, as the
+    service refuses such a body (docs/finalizer-api.md#limits): its answer
+    could not be written back.
+    """
+    from token_finalizer.core.codec import json_depth, json_type_name, loads_exact_json
 
     text = raw.rstrip(b"\r\n")
     if not text.strip():
         return Line(number, None, "empty line; expected a JSON object")
+    if max_depth is not None:
+        depth = json_depth(text)
+        if depth > max_depth:
+            return Line(
+                number, None, f"JSON nests {depth} levels deep; at most {max_depth} are accepted"
+            )
     try:
-        value = loads_json(text)
+        value = loads_exact_json(text)
     except ValueError as exc:
         return Line(number, None, f"not valid JSON: {exc}")
     if not isinstance(value, dict):
@@ -41,12 +53,18 @@ def _parse_line(number: int, raw: bytes) -> Line:
     return Line(number, value)
 
 
-def read_jsonl(handle: IO[bytes], progress: Progress | None = None) -> Iterator[Line]:
-    """Every line of `handle`, numbered from 1 and parsed, lazily; `progress` counts the bytes."""
+def read_jsonl(
+    handle: IO[bytes], progress: Progress | None = None, *, max_depth: int | None = None
+) -> Iterator[Line]:
+    """Every line of `handle`, numbered from 1 and parsed, lazily; `progress` counts the bytes.
+
+    A line nesting deeper than `max_depth` (when given) is not parsed: its
+    `error` says how deep it goes.
+    """
     for number, raw in enumerate(handle, start=1):
         if progress is not None:
             progress.advance(len(raw))
-        yield _parse_line(number, raw)
+        yield _parse_line(number, raw, max_depth)
 
 
 def fsync(handle: IO[bytes], path: Path) -> None:

@@ -8,6 +8,13 @@ The input must be what `token-finalizer finalize` wrote. A file of rollout
 records (finalize's input, a common slip) is refused at its first record,
 before anything is retired; a file in which no line is a finalize answer
 ends with exit status 2.
+
+Every ticket is verified (through the service, or in this process with the
+configured `retire.key`). A line that fails is reported and the batch goes
+on, ending with exit status 3: a bad line (not JSON, not a finalize answer,
+a `retire` object the service refuses as malformed; --allow-bad-lines
+accepts these), or a ticket that does not verify (always a failure: it
+retired nothing, and usually means the wrong key).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from token_finalizer.cli.batch.arguments import open_input, open_target
 from token_finalizer.cli.batch.lines import Line, read_jsonl
 from token_finalizer.cli.batch.progress import Progress
 from token_finalizer.cli.batch.running import (
+    EXIT_LINES_FAILED,
     EXIT_OK,
     EXIT_STOPPED,
     EXIT_USAGE,
@@ -45,7 +53,9 @@ _KIND_CHECK_LINES = 1000
 # Keys of a rollout record (finalize's input) that no finalize answer has at its top.
 _RECORD_KEYS = frozenset({"response", "responses_create_params", "agent_ref", "reward"})
 # Outcomes of lines that are finalize answers (retired or not).
-_ANSWER_OUTCOMES = ("retired", "not_retired", "not_retirable", "refused")
+_ANSWER_OUTCOMES = ("retired", "not_retired", "not_retirable", "refused", "bad_ticket")
+# Outcomes of bad lines: --allow-bad-lines accepts them.
+_BAD_OUTCOMES = ("unreadable", "not_an_answer", "bad_ticket")
 
 
 @dataclass(slots=True)
@@ -119,34 +129,56 @@ def _read_retirements(handle: IO[bytes], progress: Progress) -> Iterator[_Retire
 
 
 async def _retire_line(target: BatchTarget, item: _Retirement) -> tuple[_Retirement, str]:
-    from token_finalizer.cli.batch.targets import BatchAbortedError, LineRefusedError
+    from token_finalizer.cli.batch.targets import (
+        BatchAbortedError,
+        LineRefusedError,
+        TicketRefusedError,
+    )
 
     if item.skip is not None or item.ticket is None:
         return item, item.skip or "unreadable"
     try:
         retired = await target.retire(item.ticket)
+    except TicketRefusedError as exc:
+        item.error = f"ticket refused, nothing retired: {exc}"
+        return item, "refused"
     except LineRefusedError as exc:
         item.error = str(exc)
-        return item, "refused"
+        return item, "bad_ticket"
     except BatchAbortedError as exc:
         raise BatchAbortedError(f"line {item.number}: {exc}") from None
     return item, "retired" if retired else "not_retired"
 
 
 def _retire_summary(lines: int, outcomes: Counter[str]) -> str:
-    failed = outcomes["unreadable"] + outcomes["refused"] + outcomes["not_an_answer"]
+    bad = sum(outcomes[outcome] for outcome in _BAD_OUTCOMES)
     return (
         f"retire: {lines} lines: {outcomes['retired']} retired, "
         f"{outcomes['not_retired']} not retired (the store moved on), "
         f"{outcomes['not_retirable']} not retirable, {outcomes['error_line']} error lines, "
-        f"{failed} failed\n"
+        f"{bad} bad, {outcomes['refused']} tickets refused\n"
     )
+
+
+def _failures(outcomes: Counter[str], allow_bad_lines: bool) -> str | None:
+    """What makes the exit status 3, in words; None when nothing does."""
+    bad = 0 if allow_bad_lines else sum(outcomes[outcome] for outcome in _BAD_OUTCOMES)
+    refused = outcomes["refused"]
+    parts = []
+    if bad:
+        parts.append(f"{bad} bad line{'' if bad == 1 else 's'} (--allow-bad-lines accepts them)")
+    if refused:
+        parts.append(
+            f"{refused} ticket{'' if refused == 1 else 's'} refused (signed with another "
+            "retire.key, or edited)"
+        )
+    return "; ".join(parts) or None
 
 
 def _retire(args: argparse.Namespace) -> int:
     with open_input(args.input) as reader:
         _check_first_object_line(reader)
-        target = open_target(args)
+        target = open_target(args, retiring=True)
         outcomes: Counter[str] = Counter()
         progress = Progress("retire", os.fstat(reader.fileno()).st_size)
 
@@ -180,6 +212,10 @@ def _retire(args: argparse.Namespace) -> int:
             f"{_PASS_FINALIZE_OUTPUT}\n"
         )
         return EXIT_USAGE
+    failures = _failures(outcomes, args.allow_bad_lines)
+    if failures is not None:
+        sys.stderr.write(f"retire: {failures}: exit status {EXIT_LINES_FAILED}\n")
+        return EXIT_LINES_FAILED
     return EXIT_OK
 
 

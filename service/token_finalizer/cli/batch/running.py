@@ -1,8 +1,14 @@
 """How a batch command runs: records through a target in input order, and its exit status.
 
-Exit status: 0 when every line was handled (bad lines included), 1 when the
-batch stopped early, 2 for unusable arguments or configuration, 130 when
-interrupted.
+Exit status (docs/configuration.md#batch-exit-status):
+
+    0    every line was handled and none failed (masked records are not failures;
+         with --allow-bad-lines, bad lines are not either)
+    1    the batch stopped early: a failure every later line would meet too
+    2    unusable arguments, files or configuration; nothing was done
+    3    every line was handled, but some failed: bad lines, refused records or
+         refused retire tickets (each reported on stderr and kept in OUT)
+    130  interrupted
 """
 
 from __future__ import annotations
@@ -16,11 +22,20 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from token_finalizer.cli.batch.targets import BatchTarget
 
-__all__ = ["EXIT_OK", "EXIT_STOPPED", "EXIT_USAGE", "UsageError", "in_order", "run_command"]
+__all__ = [
+    "EXIT_LINES_FAILED",
+    "EXIT_OK",
+    "EXIT_STOPPED",
+    "EXIT_USAGE",
+    "UsageError",
+    "in_order",
+    "run_command",
+]
 
 EXIT_OK = 0
 EXIT_STOPPED = 1
 EXIT_USAGE = 2
+EXIT_LINES_FAILED = 3
 EXIT_INTERRUPTED = 130  # the shell's convention for SIGINT
 
 _Item = TypeVar("_Item")

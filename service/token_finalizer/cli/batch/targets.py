@@ -6,10 +6,14 @@ Both targets answer exactly what `POST /finalize` and `POST /retire` answer.
 sources it opens itself, so the agent filter, source resolution and the
 mask-fraction guard behave as in the service, by construction.
 
-Failures come in two kinds: a `LineRefusedError` concerns one record (it
-is malformed or too large) and a batch goes on; a `BatchAbortedError` would
-repeat for every later record (wrong token, unknown source, unreachable
-service, the run's mask fraction crossed) and stops it.
+Failures come in two kinds: a `LineRefusedError` concerns one line (a
+record that is malformed or too large, a retire object that is not one, a
+ticket that does not verify: `TicketRefusedError`) and a batch goes on; a
+`BatchAbortedError` would repeat for every later record (wrong token, unknown
+source, unreachable service, the run's mask fraction crossed) and stops it.
+
+Tickets are always verified: in this process with the configured
+`retire.key`, which `open_target` requires for a retire (docs/configuration.md#retire).
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from token_finalizer._constants import DEFAULT_RUN_ID
-from token_finalizer.service.errors import InvalidRequest, ServiceError, StaleSnapshot
+from token_finalizer.service.errors import (
+    InvalidRequest,
+    ServiceError,
+    StaleSnapshot,
+    TicketRejected,
+)
 from token_finalizer.settings import Settings
 
 __all__ = [
@@ -26,18 +35,25 @@ __all__ = [
     "InProcessTarget",
     "LineRefusedError",
     "ServiceTarget",
+    "TicketRefusedError",
 ]
 
 # What a refusal means for a batch, in one table per target kind: the record
 # alone was refused (the batch goes on), or every later record would be too.
-# Through a service, statuses that condemn the request itself stop one line.
+# Through a service, statuses that condemn the request itself stop one line
+# (403 is a retire ticket that does not verify: the finalizer's only 403).
 _LINE_STATUSES = frozenset({400, 413, 422})
+_TICKET_STATUS = 403
 # In this process, the service layer's own refusals.
 _LINE_ERRORS: tuple[type[ServiceError], ...] = (InvalidRequest,)
 
 
 class LineRefusedError(Exception):
-    """This one record was refused; the next may well succeed."""
+    """This one line was refused; the next may well succeed."""
+
+
+class TicketRefusedError(LineRefusedError):
+    """A retire ticket that does not verify (forged, edited, or signed with another key)."""
 
 
 class BatchAbortedError(Exception):
@@ -45,12 +61,16 @@ class BatchAbortedError(Exception):
 
 
 def _classified(status_code: int, message: str) -> Exception:
+    if status_code == _TICKET_STATUS:
+        return TicketRefusedError(message)
     if status_code in _LINE_STATUSES:
         return LineRefusedError(message)
     return BatchAbortedError(message)
 
 
 def _classified_refusal(refusal: ServiceError) -> Exception:
+    if isinstance(refusal, TicketRejected):
+        return TicketRefusedError(refusal.message)
     if isinstance(refusal, _LINE_ERRORS):
         return LineRefusedError(refusal.message)
     return BatchAbortedError(refusal.message)
@@ -143,21 +163,15 @@ class InProcessTarget:
         return result.answer
 
     async def retire(self, ticket: dict[str, Any]) -> bool:
-        """The service's retire step.
+        """The service's retire step: the ticket is verified with the configured key.
 
-        Tickets are verified when `retire.key` is configured. Without one, the
-        finalize that minted them ran in another process under a key of its
-        own, and this process, which opens the store itself, reads the
-        output file's tickets as they are.
+        A ticket this process cannot verify is refused, never trusted: an
+        all-zero "ticket" would otherwise delete a capture kept as evidence.
         """
-        from token_finalizer.service.retiring import retire_one, retire_ticket
-        from token_finalizer.service.tickets import TicketSigner
+        from token_finalizer.service.retiring import retire_one
 
         try:
-            if self._state.settings.retire.key:
-                await retire_one(self._state, ticket)
-            else:
-                await retire_ticket(self._state, TicketSigner.read_unverified(ticket))
+            await retire_one(self._state, ticket)
         except StaleSnapshot:
             return False
         except ServiceError as refusal:

@@ -3,7 +3,8 @@
 Model servers on other machines write into it (HttpTokenSink,
 HttpLineageResolver) and a remote finalizer freezes and retires from it (the
 `http` source). The store is opened and checked reachable before the port
-opens, and closed when the server stops.
+opens, and closed when the server stops. Each role has its own tokens
+(docs/store-protocol.md#roles); a single `--token` still works for every role.
 """
 
 from __future__ import annotations
@@ -23,11 +24,25 @@ from token_finalizer.cli.store.backend import (
     opened,
 )
 from token_finalizer.cli.store.durations import parse_ttl
+from token_finalizer.store_server.roles import StoreRole, StoreTokens
 
-__all__ = ["SERVE_HELP", "STORE_TOKEN_ENV_VAR", "add_serve_arguments", "store_serve"]
+__all__ = [
+    "ROLE_TOKENS_ENV_VARS",
+    "SERVE_HELP",
+    "STORE_TOKEN_ENV_VAR",
+    "add_serve_arguments",
+    "store_serve",
+]
 
 SERVE_HELP = "serve a capture directory or a redis store over HTTP (capture store protocol v1)"
 STORE_TOKEN_ENV_VAR = "TOKEN_FINALIZER_STORE_TOKEN"
+# Comma-separated tokens of one role, read when its option is not given.
+ROLE_TOKENS_ENV_VARS = {role: f"TOKEN_FINALIZER_STORE_{role.upper()}_TOKENS" for role in StoreRole}
+_ROLE_DOES = {
+    StoreRole.WRITER: "begin, put, incomplete, lineage resolve",
+    StoreRole.FINALIZER: "freeze, drop",
+    StoreRole.CONTROL: "read-only control routes",
+}
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -62,9 +77,60 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         default=os.environ.get(STORE_TOKEN_ENV_VAR) or None,
-        help=f"bearer token every client must send (default: ${STORE_TOKEN_ENV_VAR}, which "
-        "keeps it out of the process list); /health stays open",
+        help=f"one bearer token valid for every role (default: ${STORE_TOKEN_ENV_VAR}, which "
+        "keeps it out of the process list); prefer a token per role; /health stays open",
     )
+    for role in StoreRole:
+        parser.add_argument(
+            f"--{role}-token",
+            dest=f"{role}_tokens",
+            action="append",
+            default=None,
+            metavar="TOKEN",
+            help=f"a {role} token ({_ROLE_DOES[role]}); may repeat (default: the comma list "
+            f"in ${ROLE_TOKENS_ENV_VARS[role]})",
+        )
+
+
+def _role_tokens(args: argparse.Namespace, role: StoreRole) -> tuple[str, ...]:
+    given: list[str] | None = getattr(args, f"{role}_tokens", None)
+    if given is not None:
+        return tuple(given)
+    listed = os.environ.get(ROLE_TOKENS_ENV_VARS[role], "")
+    return tuple(token.strip() for token in listed.split(",") if token.strip())
+
+
+def _store_tokens(args: argparse.Namespace) -> StoreTokens:
+    """The tokens of the options (else their variables); ValueError for an empty one."""
+    if args.token == "":
+        raise ValueError("--token is empty; leave it out for no auth")
+    roles = {role: _role_tokens(args, role) for role in StoreRole}
+    for role, tokens in roles.items():
+        if any(not token for token in tokens):
+            raise ValueError(f"--{role}-token is empty; leave it out instead")
+    return StoreTokens(
+        writer=roles[StoreRole.WRITER],
+        finalizer=roles[StoreRole.FINALIZER],
+        control=roles[StoreRole.CONTROL],
+        shared=() if args.token is None else (args.token,),
+    )
+
+
+def _token_warnings(tokens: StoreTokens) -> list[str]:
+    """What an operator must know about these tokens before the port opens."""
+    warnings = []
+    if tokens.shared:
+        warnings.append(
+            "--token is valid for every role: whoever holds it (every model server) can also "
+            "freeze any live rollout and drop a capture; give each role its own token "
+            "(--writer-token, --finalizer-token, --control-token)"
+        )
+    elif tokens.enabled:
+        for role in tokens.roles_without_token():
+            warnings.append(f"no {role} token is configured: {role} routes are refused to all")
+    for roles in tokens.tokens_in_several_roles():
+        warnings.append(f"one token is given for several roles ({roles}): it holds all of them")
+    return warnings
 
 
 def _server_logging() -> dict[str, Any]:
@@ -89,7 +155,7 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
         except CaptureError as exc:
             print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
             return 2
-        app = create_store_app(store, token=args.token)
+        app = create_store_app(store, tokens=_store_tokens(args))
         # h11 with a request-head deadline, and a connection cap (web/protocol.py).
         config = uvicorn.Config(
             app, host=args.host, port=args.port, **_server_logging(), **server_options()
@@ -100,15 +166,19 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
 
 def store_serve(args: argparse.Namespace) -> int:
     """Serve the directory or the redis store until interrupted."""
-    if args.token == "":
-        print("error: --token is empty; leave it out for no auth", file=sys.stderr)
+    try:
+        tokens = _store_tokens(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         backend = backend_of(args, existing_dir=False)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.host not in _LOOPBACK and args.token is None:
+    for warning in _token_warnings(tokens):
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.host not in _LOOPBACK and not tokens.enabled:
         print(
             f"warning: serving {backend.where} on {args.host} without a token: anyone who can "
             "reach this port can write and retire captures",

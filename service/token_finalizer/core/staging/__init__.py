@@ -11,7 +11,8 @@ This package holds every rule of that contract that needs no I/O:
 - ``custody``: our stage-time checks (a record must extend its staged parent);
 - ``ledger``: ledger rows, write-once, the manifest, parent resolution;
 - ``attribution``, ``receipt``: terminal attribution and our receipt policy;
-- ``verify``: the reference's verification and linearization, and the extras check.
+- ``verify``: the reference's verification and linearization, and the extras check;
+- ``stored``: a frozen staging rollout as a store answers it (``StagedCapture``).
 """
 
 from token_finalizer.core.staging._wire import StagingRecordError
@@ -65,6 +66,7 @@ from token_finalizer.core.staging.records import (
     StagedCallRecord,
     StageResult,
 )
+from token_finalizer.core.staging.stored import StagedCapture, stored_snapshot
 from token_finalizer.core.staging.verify import (
     RebuildError,
     ReceiptVerificationError,
@@ -94,6 +96,7 @@ __all__ = [
     "StageResult",
     "StagedCallBaseSnapshot",
     "StagedCallRecord",
+    "StagedCapture",
     "StagingRecordError",
     "TerminalSelection",
     "WeightVersionSpan",
@@ -117,5 +120,6 @@ __all__ = [
     "resolve_ledger_items",
     "select_terminal_call",
     "staging_key",
+    "stored_snapshot",
     "verify_and_linearize",
 ]

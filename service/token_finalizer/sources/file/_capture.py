@@ -5,10 +5,13 @@
     R.tokens.lock         flock: exclusive for mutations, shared for plain reads
     R.tokens.intents      announced model call ids, one per line
     R.tokens.incomplete   model call ids that failed to capture, one per line
+    R.lineage.jsonl       external staging: the capture ledger, one row per line
+    R.staged.jsonl        external staging: the staged calls, one per line
 
-The layout is NeMo Gym's own (docs/store-protocol.md#file-store), so either
-side can read what the other wrote. The store and its admin both work on a
-rollout through `CaptureFiles`, always under its lock.
+The layout is NeMo Gym's own (docs/store-protocol.md#file-store,
+docs/staging.md#storage), so either side can read what the other wrote. The
+store and its admin both work on a rollout through `CaptureFiles`, always
+under its lock.
 """
 
 from __future__ import annotations
@@ -40,10 +43,14 @@ from token_finalizer.sources.file._fs import (
 __all__ = ["CAPTURE_SUFFIXES", "TEMP_NAME", "CaptureFiles"]
 
 _SUFFIX = ".tokens"
+_LEDGER_SUFFIX = ".lineage.jsonl"
+_STAGED_SUFFIX = ".staged.jsonl"
 # Every name a capture file can have, longest first (".tokens.state.json" before ".json").
 CAPTURE_SUFFIXES = (
     ".tokens.incomplete",
     ".tokens.state.json",
+    _LEDGER_SUFFIX,
+    _STAGED_SUFFIX,
     ".tokens.intents",
     ".tokens.jsonl",
     ".tokens.lock",
@@ -55,20 +62,40 @@ TEMP_NAME = re.compile(r"\.(.+)\.tokens\.state\.json\.[0-9a-f]{32}\.tmp", re.ASC
 class CaptureFiles:
     """The files of rollout `rollout_id` in `directory` (the id is checked first)."""
 
-    __slots__ = ("directory", "incomplete", "intents", "jsonl", "lock", "state")
+    __slots__ = (
+        "directory",
+        "incomplete",
+        "intents",
+        "jsonl",
+        "ledger",
+        "lock",
+        "staged",
+        "state",
+    )
 
     def __init__(self, directory: Path, rollout_id: str) -> None:
         self.directory = directory
-        stem = directory / f"{check_store_id(rollout_id)}{_SUFFIX}"
+        rollout_id = check_store_id(rollout_id)
+        stem = directory / f"{rollout_id}{_SUFFIX}"
         self.jsonl = stem.with_name(stem.name + ".jsonl")
         self.state = stem.with_name(stem.name + ".state.json")
         self.lock = stem.with_name(stem.name + ".lock")
         self.intents = stem.with_name(stem.name + ".intents")
         self.incomplete = stem.with_name(stem.name + ".incomplete")
+        self.ledger = directory / f"{rollout_id}{_LEDGER_SUFFIX}"
+        self.staged = directory / f"{rollout_id}{_STAGED_SUFFIX}"
 
     def data_files(self) -> tuple[Path, ...]:
-        """What a drop removes: entries, announced and failed call ids."""
+        """What a drop removes: entries, announced and failed call ids, ledger, staged calls."""
+        return (self.jsonl, self.intents, self.incomplete, self.ledger, self.staged)
+
+    def token_files(self) -> tuple[Path, ...]:
+        """The data files of token capture (a rollout holding any of them is not staging)."""
         return (self.jsonl, self.intents, self.incomplete)
+
+    def holds_staging(self) -> bool:
+        """Whether the rollout holds a ledger or staged calls (NeMo Gym's external staging)."""
+        return exists(self.ledger) or exists(self.staged)
 
     def stored_files(self) -> tuple[Path, ...]:
         """Every file of the rollout but its lock."""

@@ -202,4 +202,6 @@ def read_id_lines(path: Path) -> list[str]:
     data = read_file(path)
     if data is None:
         return []
-    return [line for line in data.decode("utf-8", "replace").splitlines() if line]
+    # Split at b"\n" only, the one separator writers put there: `str.splitlines`
+    # would also split at the line separators U+2028 and U+2029, which a call id may hold.
+    return [line.decode("utf-8", "replace") for line in data.split(b"\n") if line]

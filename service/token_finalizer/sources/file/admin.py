@@ -31,6 +31,7 @@ from token_finalizer.sources.base import (
 )
 from token_finalizer.sources.file._capture import CAPTURE_SUFFIXES, TEMP_NAME, CaptureFiles
 from token_finalizer.sources.file._fs import exists, not_regular, read_id_lines
+from token_finalizer.sources.file.staging import FileStaging
 
 __all__ = ["FileStoreAdmin"]
 
@@ -42,11 +43,17 @@ def _holds_nothing(files: CaptureFiles, state: CaptureState) -> bool:
     return all(os.lstat(path).st_size == 0 for path in files.data_files() if exists(path))
 
 
-class FileStoreAdmin:
-    """StoreAdmin over one capture directory."""
+def _holds_capture(files: CaptureFiles) -> bool:
+    """A state file, token entries, a ledger or staged calls: a rollout of this store."""
+    return exists(files.state) or exists(files.jsonl) or files.holds_staging()
 
-    def __init__(self, directory: Path) -> None:
+
+class FileStoreAdmin:
+    """StoreAdmin over one capture directory (its staging read through `staging`)."""
+
+    def __init__(self, directory: Path, staging: FileStaging) -> None:
         self.directory = directory
+        self._staging = staging
 
     def _files(self, rollout_id: str) -> CaptureFiles:
         return CaptureFiles(self.directory, rollout_id)
@@ -55,8 +62,12 @@ class FileStoreAdmin:
 
     def _status(self, rollout_id: str) -> CaptureState | None:
         files = self._files(rollout_id)
-        if not exists(files.state) and not exists(files.jsonl):
+        if not _holds_capture(files):
             return None
+        if files.holds_staging():
+            # The staging index is read on under the exclusive lock only.
+            with files.locked(exclusive=True):
+                return self._staging.state_of(files, files.read_state(), rollout_id)
         with files.locked(exclusive=False):
             return files.read_state()
 
@@ -68,12 +79,17 @@ class FileStoreAdmin:
         files = self._files(rollout_id)
         if not files.any_stored():
             return None
-        with files.locked(exclusive=False):
+        staging = files.holds_staging()
+        with files.locked(exclusive=staging):
             files.check_files()
             state = files.read_state()
             failed = sorted(set(read_id_lines(files.incomplete)))
             announced = set(read_id_lines(files.intents))
             sizes = {p.name: os.lstat(p).st_size for p in files.stored_files() if exists(p)}
+            report = None
+            if staging:
+                state = self._staging.state_of(files, state, rollout_id)
+                report = self._staging.report(files, rollout_id)
         unindexed = sizes.get(files.jsonl.name, 0) - state.indexed_size
         return CaptureReport(
             rollout_id=rollout_id,
@@ -91,6 +107,7 @@ class FileStoreAdmin:
                 "unindexed_bytes": max(unindexed, 0) if not state.retired else 0,
                 "files": sizes,
             },
+            staging=report,
         )
 
     async def inspect(self, rollout_id: str) -> CaptureReport | None:
@@ -131,13 +148,12 @@ class FileStoreAdmin:
         ids, _, _ = self._scan()
         found = []
         for rollout_id in ids:
-            files = self._files(rollout_id)
-            if exists(files.state) or exists(files.jsonl):
+            if _holds_capture(self._files(rollout_id)):
                 found.append(rollout_id)
         return sorted(found)
 
     async def rollout_ids(self) -> list[str]:
-        """Every rollout with a state file or a capture file in the directory.
+        """Every rollout with a state file, entries, a ledger or staged calls in the directory.
 
         Names no rollout id can have (`notes about run 7.tokens.jsonl`) are not
         rollouts and are left out.

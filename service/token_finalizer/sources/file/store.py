@@ -4,7 +4,8 @@ Every public method is async and runs its blocking file work in a thread;
 each works on one rollout's files (`CaptureFiles`) under the rollout's flock.
 The on-disk layout is NeMo Gym's (docs/store-protocol.md#file-store); the
 operator's side (inspect, delete, sweep) is `FileStoreAdmin`, reached as
-`store.admin`.
+`store.admin`. External staging (the ledger and the staged calls) is
+`FileStaging` (`staging.py`); a rollout holds one family or the other.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._staging import entries_refused, staged_capture
+from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
-from token_finalizer.sources.base import FrozenLines, LineageQuery
+from token_finalizer.sources.base import FrozenLines, LineageQuery, StagedLines
 from token_finalizer.sources.file._capture import CaptureFiles
 from token_finalizer.sources.file._fs import (
     append_durably,
@@ -35,6 +38,7 @@ from token_finalizer.sources.file._fs import (
     truncate,
 )
 from token_finalizer.sources.file.admin import FileStoreAdmin
+from token_finalizer.sources.file.staging import FileStaging
 
 __all__ = ["FileTokenStore"]
 
@@ -136,22 +140,29 @@ def _read_entries(
 
 
 def _frozen_lines(files: CaptureFiles, state: CaptureState) -> tuple[bytes, ...]:
-    lines = [line for line in _read_indexed(files, state).split(b"\n") if line.strip()]
-    if len(lines) > len(state.entry_digests):
-        # A call re-sent by its writer may be stored twice, byte for byte: keep it once.
-        lines = list(dict.fromkeys(lines))
-    return tuple(lines)
+    # A line stored twice (a relay re-sending it) goes out twice, as a direct
+    # freeze reads it: NeMo Gym 0.7 counts both in `n_calls`.
+    return tuple(line for line in _read_indexed(files, state).split(b"\n") if line.strip())
 
 
-class FileTokenStore:
+def _check_entries_writable(files: CaptureFiles, state: CaptureState, rollout_id: str) -> None:
+    """A token-capture write: refused once frozen or retired, and for a staging rollout."""
+    state.check_writable(rollout_id)
+    if files.holds_staging():
+        raise entries_refused(rollout_id)
+
+
+class FileTokenStore(StagingDelegate):
     """CaptureStore over a local directory (created if missing)."""
 
     kind = "file"
+    _staging: FileStaging
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._admin = FileStoreAdmin(self.directory)
+        self._staging = FileStaging(self.directory)
+        self._admin = FileStoreAdmin(self.directory, self._staging)
 
     def __repr__(self) -> str:
         return f"FileTokenStore({str(self.directory)!r})"
@@ -175,7 +186,7 @@ class FileTokenStore:
             state = files.read_state()
             if _index_tail(files, state):
                 files.write_state(state)
-            state.check_writable(parsed.rollout_id)
+            _check_entries_writable(files, state, parsed.rollout_id)
             decision = state.decide_put(parsed.model_call_id, digest)
             if decision is PutDecision.CONFLICT:
                 # Another serializer may have written the same payload with other bytes.
@@ -213,6 +224,8 @@ class FileTokenStore:
             check_model_call_id(model_call_id)
         with files.locked(exclusive=True):
             files.check_files()
+            if files.holds_staging():
+                raise entries_refused(rollout_id)
             state = files.read_state()
             _index_tail(files, state)
             self._mark_incomplete_locked(files, state, rollout_id, model_call_id)
@@ -222,7 +235,7 @@ class FileTokenStore:
         check_model_call_id(model_call_id)
         with files.locked(exclusive=True):
             files.check_files()
-            files.read_state().check_writable(rollout_id)
+            _check_entries_writable(files, files.read_state(), rollout_id)
             append_durably(files.intents, model_call_id.encode() + b"\n")
 
     async def put(self, entry: TokenEntry | Mapping[str, Any]) -> None:
@@ -241,16 +254,19 @@ class FileTokenStore:
 
     def _frozen(
         self, rollout_id: str, read: Callable[[CaptureFiles, CaptureState], _Content]
-    ) -> tuple[_Content, CaptureState, bool]:
+    ) -> tuple[_Content | StagedLines, CaptureState, bool]:
         """Freeze (idempotent) and `read` the capture inside the same critical section.
 
-        Returns what `read` returned, the frozen state, and whether the
-        snapshot is incomplete (a call marked failed, or announced and missing).
+        Returns what `read` returned (a staging rollout's manifest and staged
+        calls instead), the frozen state, and whether the snapshot is
+        incomplete (a call marked failed, or announced and missing).
         """
         files = self._files(rollout_id)
         with files.locked(exclusive=True):
             files.check_files()
             state = files.read_state()
+            if files.holds_staging():
+                return self._frozen_staging(files, state, rollout_id), state, False
             changed = _index_tail(files, state)
             try:
                 changed = state.freeze(rollout_id) or changed
@@ -263,26 +279,40 @@ class FileTokenStore:
             failed = bool(read_id_lines(files.incomplete))
         return content, state, state.incomplete or failed or bool(missing)
 
+    def _frozen_staging(
+        self, files: CaptureFiles, state: CaptureState, rollout_id: str
+    ) -> StagedLines:
+        """Freeze a staging rollout: its version counts every row and staged call (lock held)."""
+        if not state.frozen and not state.retired:
+            state.version = self._staging.write_count(files, rollout_id)
+        if state.freeze(rollout_id):
+            files.write_state(state)
+        return self._staging.frozen_lines(files, rollout_id)
+
     def _freeze(self, rollout_id: str) -> Snapshot:
         entries, state, incomplete = self._frozen(
             rollout_id, lambda files, state: _read_entries(files, state, rollout_id)
         )
+        staged = staged_capture(entries, rollout_id) if isinstance(entries, StagedLines) else None
         return Snapshot(
             rollout_id=rollout_id,
-            entries=entries,
+            entries=() if isinstance(entries, StagedLines) else entries,
             incomplete=incomplete,
             snapshot_id=str(state.snapshot_id),
             version=state.version,
+            staged=staged,
         )
 
     def _freeze_lines(self, rollout_id: str) -> FrozenLines:
         lines, state, incomplete = self._frozen(rollout_id, _frozen_lines)
+        staged = lines if isinstance(lines, StagedLines) else None
         return FrozenLines(
             rollout_id=rollout_id,
-            lines=lines,
+            lines=() if isinstance(lines, StagedLines) else lines,
             incomplete=incomplete,
             snapshot_id=str(state.snapshot_id),
             version=state.version,
+            staged=staged,
         )
 
     async def freeze(self, rollout_id: str) -> Snapshot:

@@ -14,6 +14,17 @@ tag `{ng:R}`, so Redis Cluster keeps one rollout on one slot:
     P{ng:R}:sync         STRING with min_replicas_acked only: a marker written before
                                 each WAIT, gone after a second (sources/redis/_scripting.py)
 
+External staging (sources/redis/staging.py, docs/staging.md#storage):
+
+    P{ng:R}:ledger         LIST   ledger rows as NeMo Gym's file ledger writes them,
+                                  in commit order
+    P{ng:R}:ledger_ids     HASH   model_call_id -> its first row (write-once), and
+                                  "\n" + JSON [call id, reason] -> 1 per failure row
+    P{ng:R}:ledger_fp      HASH   fingerprint -> the ids of its committed rows, "\n"-joined
+    P{ng:R}:staged         HASH   model_call_id -> the staged call's base snapshot JSON
+    P{ng:R}:staged_extras  HASH   model_call_id -> {"attachments", "extras"} JSON
+    P{ng:R}:staged_index   HASH   model_call_id -> "<staging digest> <parent call id>"
+
 Every call goes through the retry layer (`_retrying`): whatever fails on the
 way (a lost connection, a slot moving, a failover) is retried until the
 store's `timeout_s` has passed, then raised as StoreUnreachable (the
@@ -39,12 +50,40 @@ from token_finalizer.sources.redis._retrying import RetryingRedis
 from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
 from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
 
-__all__ = ["KEY_PARTS", "READ_ONLY_SCRIPTS", "RedisConnection", "text"]
+__all__ = [
+    "ENTRY_KEY_PARTS",
+    "KEY_PARTS",
+    "READ_ONLY_SCRIPTS",
+    "STAGING_KEY_PARTS",
+    "RedisConnection",
+    "text",
+]
 
-# The order of KEYS in every script.
-KEY_PARTS: Final = ("state", "entries", "digests", "order", "intents", "incomplete")
+# The order of KEYS in every script: token capture's keys, then external staging's.
+ENTRY_KEY_PARTS: Final = ("state", "entries", "digests", "order", "intents", "incomplete")
+STAGING_KEY_PARTS: Final = (
+    "ledger",
+    "ledger_ids",
+    "ledger_fp",
+    "staged",
+    "staged_extras",
+    "staged_index",
+)
+KEY_PARTS: Final = (*ENTRY_KEY_PARTS, *STAGING_KEY_PARTS)
 # Scripts that change nothing: never followed by WAIT. Every other one is a state change.
-READ_ONLY_SCRIPTS: Final = frozenset({"committed", "status", "inspect", "resolve"})
+READ_ONLY_SCRIPTS: Final = frozenset(
+    {
+        "committed",
+        "status",
+        "inspect",
+        "resolve",
+        "ledger_rows",
+        "ledger_resolve",
+        "staged_chain",
+        "staged_read",
+        "staging_freeze",
+    }
+)
 
 
 def text(value: object) -> str:

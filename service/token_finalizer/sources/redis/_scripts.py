@@ -1,7 +1,7 @@
 """The redis store's Lua scripts: package resource files, read once per process.
 
 Every script is one state change (or one consistent read) of one rollout,
-run with EVALSHA over the rollout's six keys (redis-py reloads a script the
+run with EVALSHA over the rollout's keys (redis-py reloads a script the
 server lost, on NOSCRIPT). `prelude.lua` holds the helpers every script may
 use and is prepended to each. See docs/store-protocol.md#redis-store.
 """
@@ -25,6 +25,14 @@ SCRIPT_NAMES: Final = (
     "inspect",
     "delete",
     "sweep",
+    "ledger_record",
+    "ledger_failure",
+    "ledger_rows",
+    "ledger_resolve",
+    "stage",
+    "staged_chain",
+    "staged_read",
+    "staging_freeze",
 )
 _PRELUDE: Final = "prelude"
 

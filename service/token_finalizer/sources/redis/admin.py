@@ -28,6 +28,7 @@ from token_finalizer.sources.base import (
     SweptCapture,
 )
 from token_finalizer.sources.redis._client import RedisConnection, text
+from token_finalizer.sources.redis.staging import RedisStaging
 
 __all__ = ["RedisStoreAdmin"]
 
@@ -58,8 +59,9 @@ def _seconds(value: float | None) -> str:
 class RedisStoreAdmin:
     """StoreAdmin over a redis store's connection."""
 
-    def __init__(self, redis: RedisConnection) -> None:
+    def __init__(self, redis: RedisConnection, staging: RedisStaging) -> None:
         self._redis = redis
+        self._staging = staging
 
     async def status(self, rollout_id: str) -> CaptureState | None:
         """The stored state of one rollout, or None when nothing is stored."""
@@ -90,6 +92,7 @@ class RedisStoreAdmin:
             missing_call_ids=tuple(sorted(map(text, missing))),
             announced_calls=int(announced),
             details=details,
+            staging=await self._staging.report(rollout_id),
         )
 
     async def delete(self, rollout_id: str) -> tuple[str, ...]:

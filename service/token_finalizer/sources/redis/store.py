@@ -13,7 +13,9 @@ are laid out in `_client`. Retention is by TTL, set inside the same scripts:
   evidence and stays until it is dropped, deleted or swept.
 
 The operator's side (inspect, delete, sweep) is `RedisStoreAdmin`, reached as
-`store.admin`. See docs/store-protocol.md#redis-store.
+`store.admin`. External staging (the ledger and the staged calls, under the
+same hash tag and covered by the same drop, TTLs and sweep) is
+`RedisStaging` (`staging.py`). See docs/store-protocol.md#redis-store.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.store_urls import check_redis_url
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._staging import entries_refused, staged_capture
+from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, line_digest
 from token_finalizer.sources.base import FrozenLines, LineageQuery
 from token_finalizer.sources.redis._client import RedisConnection, text
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
+from token_finalizer.sources.redis.staging import RedisStaging
 
 __all__ = ["RedisTokenStore"]
 
@@ -66,17 +71,21 @@ async def _parsed(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, 
 
 
 def _refuse(status: bytes, rollout_id: str, *, freezing: bool = False) -> None:
-    """Raise what the state machine raises for a frozen or retired capture."""
+    """Raise what the state machine raises for a frozen or retired capture (or the family
+    guard for a staging rollout)."""
+    if status == b"family":
+        raise entries_refused(rollout_id)
     state = CaptureState(frozen=True, retired=status == b"retired")
     if freezing:
         state.freeze(rollout_id)
     state.check_writable(rollout_id)
 
 
-class RedisTokenStore:
+class RedisTokenStore(StagingDelegate):
     """CaptureStore over Redis (or Valkey, or Redis Cluster), with the file store's semantics."""
 
     kind = "redis"
+    _staging: RedisStaging
 
     def __init__(
         self,
@@ -112,7 +121,8 @@ class RedisTokenStore:
             min_replicas_acked=min_replicas_acked,
             client=client,
         )
-        self._admin = RedisStoreAdmin(self._redis)
+        self._staging = RedisStaging(self._redis, abandoned_ms=self._abandoned_ms)
+        self._admin = RedisStoreAdmin(self._redis, self._staging)
 
     def __repr__(self) -> str:  # never shows a password
         return f"RedisTokenStore({self._redis.where!r}, key_prefix={self.key_prefix!r})"
@@ -164,7 +174,7 @@ class RedisTokenStore:
                     f"model call {call_id} of rollout {rollout_id} "
                     "was already stored with a different payload"
                 )
-            if status in (b"frozen", b"retired"):
+            if status in (b"frozen", b"retired", b"family"):
                 _refuse(status, rollout_id)
             raise self._redis.unexpected("put", reply)
         raise SourceUnavailable(
@@ -182,6 +192,8 @@ class RedisTokenStore:
         )
         if reply[0] == b"retired":
             CaptureState(retired=True).mark_incomplete(rollout_id)
+        if reply[0] == b"family":
+            raise entries_refused(rollout_id)
         if reply[0] != b"ok":
             raise self._redis.unexpected("mark_incomplete", reply)
 
@@ -192,7 +204,7 @@ class RedisTokenStore:
         reply = await self._redis.run(
             "begin_call", rollout_id, (model_call_id, self._abandoned_ms), "begin_call"
         )
-        if reply[0] in (b"frozen", b"retired"):
+        if reply[0] in (b"frozen", b"retired", b"family"):
             _refuse(reply[0], rollout_id)
         if reply[0] != b"ok":
             raise self._redis.unexpected("begin_call", reply)
@@ -216,23 +228,29 @@ class RedisTokenStore:
         if status != b"ok" or len(reply) != 5:
             raise self._redis.unexpected("freeze", reply)
         _, snapshot_id, version, incomplete, lines = reply
+        # A staging rollout has no entries; once frozen nothing changes it, so its
+        # ledger and staged calls are read by a second script.
+        staged = None if lines else await self._staging.frozen_lines(rollout_id)
         return FrozenLines(
             rollout_id=rollout_id,
             lines=tuple(lines),
             incomplete=bool(incomplete),
             snapshot_id=text(snapshot_id),
             version=int(version),
+            staged=staged,
         )
 
     async def freeze(self, rollout_id: str) -> Snapshot:
         """Freeze (idempotent) and read the rollout's immutable snapshot, in one script."""
         frozen = await self.freeze_lines(rollout_id)
+        staged = frozen.staged
         return Snapshot(
             rollout_id=rollout_id,
             entries=await _parsed(frozen.lines, rollout_id),
             incomplete=frozen.incomplete,
             snapshot_id=frozen.snapshot_id,
             version=frozen.version,
+            staged=None if staged is None else staged_capture(staged, rollout_id),
         )
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:

@@ -4,7 +4,8 @@
 local s = redis.call('HMGET', KEYS[1], 'frozen', 'retired', 'snapshot_id', 'version')
 if not s[1] or s[3] ~= ARGV[1] or s[4] ~= ARGV[2] then return 0 end
 if s[2] then return 1 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+-- Every data key, staging's included (orphaned staged calls go with their rollout).
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
 local t = now()
 redis.call('HSET', KEYS[1], 'retired', '1', 'retired_at', t, 'updated_at', t)
 local ttl = tonumber(ARGV[3])

@@ -1,7 +1,8 @@
 -- Shared by every script of the redis capture store (docs/store-protocol.md#redis-store).
--- KEYS: 1 state, 2 entries, 3 digests, 4 order, 5 intents, 6 incomplete (one rollout's keys,
--- all under its hash tag). Flags in the state hash are "1" or absent; HMGET answers false
--- for an absent field.
+-- KEYS: 1 state, 2 entries, 3 digests, 4 order, 5 intents, 6 incomplete, and external
+-- staging's 7 ledger, 8 ledger_ids, 9 ledger_fp, 10 staged, 11 staged_extras, 12 staged_index
+-- (one rollout's keys, all under its hash tag; docs/staging.md#storage). Flags in the state
+-- hash are "1" or absent; HMGET answers false for an absent field.
 
 -- The server's clock as "seconds.microseconds", so ages agree across machines.
 local function now()
@@ -17,4 +18,14 @@ local function touch(ttl_ms)
   if ttl_ms > 0 then
     for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ttl_ms) end
   end
+end
+
+-- A rollout holds token entries or staging, never both: what each family has written.
+local function holds_entries()
+  return redis.call('EXISTS', KEYS[2], KEYS[5], KEYS[6]) > 0
+      or redis.call('HEXISTS', KEYS[1], 'incomplete') == 1
+end
+
+local function holds_staging()
+  return redis.call('EXISTS', KEYS[7], KEYS[10]) > 0
 end

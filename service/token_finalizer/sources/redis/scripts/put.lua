@@ -2,11 +2,12 @@
 -- ARGV: call id, sha256 of the line, the line, the stored digest the caller has compared
 -- with its own payload and found different ("" if none), abandoned TTL ms.
 -- Answers {'new', version} | {'same'} | {'mismatch', stored digest, stored line}
---         | {'conflict', version} | {'frozen'} | {'retired'}.
+--         | {'conflict', version} | {'frozen'} | {'retired'} | {'family'} (a staging rollout).
 local call_id, digest, line, compared = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local flags = redis.call('HMGET', KEYS[1], 'retired', 'frozen')
 if flags[1] then return {'retired'} end
 if flags[2] then return {'frozen'} end
+if holds_staging() then return {'family'} end
 local stored = redis.call('HGET', KEYS[3], call_id)
 if stored == digest then return {'same'} end
 if stored and stored ~= compared then

@@ -16,7 +16,8 @@ elseif ARGV[2] ~= '' and not s[1] and not s[2] and age >= tonumber(ARGV[2]) then
   reason = 'abandoned'
 elseif ARGV[5] ~= '' and not s[1] and s[2] and age >= tonumber(ARGV[5])
     and redis.call('HLEN', KEYS[2]) == 0 and redis.call('SCARD', KEYS[5]) == 0
-    and redis.call('SCARD', KEYS[6]) == 0 and not redis.call('HGET', KEYS[1], 'incomplete') then
+    and redis.call('SCARD', KEYS[6]) == 0 and not redis.call('HGET', KEYS[1], 'incomplete')
+    and not holds_staging() then
   reason = 'empty'
 else
   return {}

@@ -1,0 +1,123 @@
+"""A blocking connection to a capture store, shared by every thread of a process.
+
+NeMo Gym's staging interfaces are synchronous: an inference worker stages
+each call from its completion threads, several at once, and a trainer
+fetches snapshots from plain code. `BlockingStoreConnection` is the base of
+`HttpStagingSink` and `HttpStagingSource`: one `httpx.Client` for the
+object's lifetime, opened on first use (after a worker process forks, not
+before) under a lock so that racing threads share it, every call sent
+through the package's one retry policy with each try's whole exchange
+bounded by `timeout` and each answer by `max_answer_bytes`
+(docs/architecture.md#bounded-answers). It never shows its token.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+import httpx
+
+from token_finalizer_client._constants import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_STORE_MAX_ANSWER_BYTES,
+    DEFAULT_STORE_MAX_CONNECTIONS,
+    DEFAULT_STORE_MAX_KEEPALIVE,
+    DEFAULT_STORE_TIMEOUT_S,
+)
+from token_finalizer_client._exceptions import FinalizerError
+from token_finalizer_client._exchange import AnswerLimits, Reply
+from token_finalizer_client._retry import RetryPolicy, send_with_retries
+from token_finalizer_client._store_connection import StoreEndpoint
+from token_finalizer_client._wire import WireRequest
+
+__all__ = ["BlockingStoreConnection"]
+
+
+class BlockingStoreConnection:
+    """The pooled, retried, bounded blocking connection to one capture store.
+
+    `timeout` bounds each try's whole exchange (connect, send, every byte of
+    the answer); a call takes at most its tries plus the waits between them.
+    `max_connections` and `max_keepalive` size the pool for the threads that
+    share it. `transport` replaces the network (tests).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_STORE_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_connections: int = DEFAULT_STORE_MAX_CONNECTIONS,
+        max_keepalive: int = DEFAULT_STORE_MAX_KEEPALIVE,
+        max_answer_bytes: int = DEFAULT_STORE_MAX_ANSWER_BYTES,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._retry = RetryPolicy(max_retries)
+        self.max_retries = max_retries
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_connections < 1 or not 0 <= max_keepalive <= max_connections:
+            raise ValueError(
+                "the pool needs max_connections >= 1 and 0 <= max_keepalive <= max_connections, "
+                f"got {max_connections} and {max_keepalive}"
+            )
+        if max_answer_bytes < 1:
+            raise ValueError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
+        self._endpoint = StoreEndpoint.create(
+            url,
+            token=token,
+            timeout_s=timeout,
+            max_connections=max_connections,
+            max_keepalive=max_keepalive,
+        )
+        self._limits = AnswerLimits(timeout_s=timeout, max_bytes=max_answer_bytes)
+        self.url = self._endpoint.url
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"{type(self).__name__}(url={self.url!r})"
+
+    def __enter__(self) -> BlockingStoreConnection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
+    def _http(self) -> httpx.Client:
+        client = self._client
+        if client is not None and not self._closed:
+            return client
+        with self._lock:
+            if self._closed:
+                raise FinalizerError(f"{self!r} is closed")
+            if self._client is None:
+                self._client = self._endpoint.open_blocking(self._transport)
+            return self._client
+
+    def _call(self, request: WireRequest) -> Reply:
+        """`request` sent through the retry policy, its answer read whole within the limits."""
+        return send_with_retries(self._http(), request, self._retry, self._limits)
+
+    def close(self) -> None:
+        """Close the connection pool; safe to call twice, and from any thread."""
+        with self._lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()

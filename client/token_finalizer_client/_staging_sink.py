@@ -1,0 +1,125 @@
+"""`HttpStagingSink`: where an inference worker stages each call's token delta (NeMo Gym 0.7).
+
+In external staging the worker, not Gym, keeps the tokens: after each call
+it stages one `StagedCallRecord` (and any framework attachments) and tells
+Gym where it lies only once the store has made it durable. This class is
+Gym's `StagingSink` over the capture store (docs/staging.md#the-client):
+
+    sink = HttpStagingSink("http://capture-store:8100", token=WRITER_TOKEN)
+    install_capture(serving_layer, sink=sink, weight_version_fn=...)  # Gym's own hook
+    result = sink.stage(record, attachments={"pixels": raw})  # from any completion thread
+    result.ok, result.staging_key, result.error
+
+`stage` is synchronous and thread-safe: every completion thread of the
+worker shares one pool (`_blocking_store`). It sends `PUT .../staged/{call
+id}` with the record and its attachments in one body; the store answers
+once both are durable. It never raises: whatever keeps the call from being
+staged is `StageResult(ok=False, error=...)`, which Gym turns into a
+`worker_capture_failed` row so the rollout is never trained on a hole:
+
+- a custody check or validation the store refused (422):
+  `"<check>: <message>"`, e.g. `"chain_hash_mismatch: call c2: ..."`;
+- a different record already staged under the key, or a frozen or
+  retired rollout (409): `"HTTP 409: <message>"`;
+- an attachment that cannot be stored exactly, or a record without valid
+  ids: refused before anything is sent;
+- connection trouble and 502/503/504, retried by the one retry policy (a
+  stage is write-once, so a repeat of the same record is a no-op), then
+  the last error.
+
+The identical record staged again answers ok. The staging key is the
+store's: `rollout_id/model_call_id`, which `HttpStagingSource` fetches. The result is Gym's own
+`StageResult` when Gym's staging records module is loaded (Gym's capture
+refuses any other class), else this package's (`_staged_types`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from token_finalizer_client._addressing import check_call_id, check_rollout_id, staged_path
+from token_finalizer_client._attachments import encode_attachments
+from token_finalizer_client._blocking_store import BlockingStoreConnection
+from token_finalizer_client._exceptions import shorten
+from token_finalizer_client._gym_types import gym_staging_class
+from token_finalizer_client._json import dumps
+from token_finalizer_client._staged_types import StageResult
+from token_finalizer_client._wire import WireRequest, decode_body
+
+__all__ = ["HttpStagingSink"]
+
+
+def _record_body(record: object, attachments: Mapping[str, Any] | None) -> tuple[str, str, bytes]:
+    """(rollout id, call id, the request body) of one stage; ValueError or TypeError if invalid."""
+    encoded = dumps(encode_attachments(attachments))
+    dump_json = getattr(record, "model_dump_json", None)
+    if not isinstance(record, Mapping) and callable(dump_json):
+        # Gym's pydantic record writes its own JSON (the same values as
+        # model_dump(mode="json")) in one pass; it is spliced into the body as is.
+        rollout_id, call_id = (
+            getattr(record, "rollout_id", None),
+            getattr(record, "model_call_id", None),
+        )
+        payload = dump_json()
+        record_json = payload.encode() if isinstance(payload, str) else payload
+    elif isinstance(record, Mapping):
+        rollout_id, call_id = record.get("rollout_id"), record.get("model_call_id")
+        record_json = dumps(dict(record))
+    else:
+        raise TypeError(
+            f"record must be a StagedCallRecord or a mapping, got {type(record).__name__}"
+        )
+    body = b'{"attachments":' + encoded + b',"record":' + record_json + b"}"
+    return check_rollout_id(rollout_id), check_call_id(call_id), body
+
+
+def _result(*, ok: bool, staging_key: str | None = None, error: str | None = None) -> Any:
+    """Gym's `StageResult` when its staging module is loaded, else this package's."""
+    gym = gym_staging_class("StageResult")
+    if gym is not None:
+        return gym(ok=ok, staging_key=staging_key, error=error)
+    return StageResult(ok=ok, staging_key=staging_key, error=error)
+
+
+def _refusal(status_code: int, body: Any) -> str:
+    """The error text of a refused stage: the store's check first, when it names one."""
+    message = body.get("error") if isinstance(body, dict) else None
+    check = body.get("check") if isinstance(body, dict) else None
+    text = shorten(message) if isinstance(message, str) and message else f"status {status_code}"
+    if isinstance(check, str) and check:
+        # A store's message may already start with its check ("check: detail").
+        return text if text.startswith(f"{check}: ") else f"{shorten(check, 100)}: {text}"
+    return f"HTTP {status_code}: {text}"
+
+
+class HttpStagingSink(BlockingStoreConnection):
+    """NeMo Gym 0.7 `StagingSink` over a remote capture store (see the module docstring)."""
+
+    def stage(self, record: Any, *, attachments: Mapping[str, Any] | None = None) -> Any:
+        """Stage one call's record (and attachments) durably; a `StageResult`, never an exception.
+
+        `record` is Gym's `StagedCallRecord` or its JSON form as a mapping.
+        `attachments` maps names to bytes or JSON values, stored in the same
+        write (or the call is refused).
+        """
+        try:
+            rollout_id, call_id, body = _record_body(record, attachments)
+        except (TypeError, ValueError) as exc:
+            return _result(ok=False, error=f"not staged: {exc}")
+        request = WireRequest("PUT", staged_path(rollout_id, call_id), body)
+        try:
+            reply = self._call(request)
+        except Exception as exc:  # no answer after the retries, one too large, a closed pool
+            # Gym's contract: a sink answers; whatever went wrong is a failed result.
+            return _result(ok=False, error=f"{type(exc).__name__}: {shorten(str(exc))}")
+        answer = decode_body(reply)
+        if not reply.is_success:
+            return _result(ok=False, error=_refusal(reply.status_code, answer))
+        key = answer.get("staging_key") if isinstance(answer, dict) else None
+        if not isinstance(answer, dict) or answer.get("ok") is not True or not key:
+            shown = shorten(repr(answer), 200)
+            return _result(ok=False, error=f"the store's stage answer is not an ok: {shown}")
+        if key != f"{rollout_id}/{call_id}":
+            return _result(ok=False, error=f"the store answered another call's key: {key!r:.200}")
+        return _result(ok=True, staging_key=key)

@@ -1,0 +1,320 @@
+"""External staging in the local stores: what every backend shares (docs/staging.md#storage).
+
+- the family guard: a rollout holds token entries or staging, never both;
+- a committed ledger row, checked and normalized to exactly what
+  `core.staging.commit_row` makes, and its stored line (NeMo Gym's
+  FileLineageStore format, so either side reads the other's ledger);
+- a staged call's stored forms: its base snapshot JSON (what fetch and freeze
+  answer), its extras and attachments JSON, the file store's line;
+- the custody walk (a new call's staged ancestors, root first);
+- a frozen staging rollout parsed for the finalizer, and the inspect report.
+
+Stored forms are canonical (fixed or sorted keys, one encoder), so write-once
+compares bytes: an identical replay is the same bytes, anything else differs.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from token_finalizer.core.codec import loads_json
+from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt
+from token_finalizer.core.identity import check_model_call_id
+from token_finalizer.core.staging import (
+    CallRecord,
+    RolloutManifest,
+    StagedCallBaseSnapshot,
+    StagedCallRecord,
+    StagedCapture,
+    StagingRecordError,
+    commit_row,
+    failure_row,
+    stored_snapshot,
+)
+from token_finalizer.sources.base import Attachment, StagedLines, StagingReport
+
+__all__ = [
+    "base_json",
+    "checked_attachments",
+    "checked_failure_row",
+    "checked_ledger_row",
+    "entries_refused",
+    "extras_json",
+    "file_line",
+    "ledger_line",
+    "parse_file_line",
+    "staged_ancestors",
+    "staged_capture",
+    "staged_lines",
+    "staging_refused",
+    "staging_report",
+]
+
+_ROW = "LedgerRow"
+_STAGE = "StageRequest"
+_ROW_KEYS = frozenset(
+    {
+        "model_call_id",
+        "fingerprint",
+        "context_len",
+        "context_digest",
+        "digest",
+        "parent_call_id",
+        "staging_key",
+        "weight_version",
+        "prev_len",
+        "delta_len",
+        "cum_len",
+        "staging_digest",
+        "extras_digest",
+        "mode",
+        "admitted_at",
+        "staging_chain",
+        "chain_hash",
+        "cumulative_hash",
+        "response_id",
+        "output_fingerprint",
+        "continuation_fingerprint",
+        "fingerprint_version",
+    }
+)
+# CallRecord's names for the row's columns where they differ.
+_RECORD_FIELD_OF_COLUMN = {"staging_digest": "digest"}
+_COLUMN_OF_RECORD_FIELD = {"digest": "staging_digest"}
+
+
+# -- the family guard -------------------------------------------------------------------
+
+
+def entries_refused(rollout_id: str) -> CaptureConflict:
+    """A token-capture write to a rollout that holds staging."""
+    return CaptureConflict(
+        f"rollout {rollout_id} holds a staging ledger; token entries cannot be added"
+    )
+
+
+def staging_refused(rollout_id: str) -> CaptureConflict:
+    """A staging write to a rollout that holds token entries."""
+    return CaptureConflict(
+        f"rollout {rollout_id} holds token entries; ledger rows and staged calls cannot be added"
+    )
+
+
+# -- ledger rows ------------------------------------------------------------------------
+
+
+def checked_ledger_row(row: object) -> dict[str, Any]:
+    """`row` as `commit_row` makes it (values normalized), or StagingRecordError naming a field.
+
+    Every column must be present and no other; the columns must make a valid
+    CallRecord; `digest` must be the call's cumulative hash. The call id must
+    also pass the store's id rule (InvalidRolloutId).
+    """
+    if not isinstance(row, Mapping):
+        raise StagingRecordError(_ROW, "*", f"must be a JSON object, got {type(row).__name__}")
+    for key in row:
+        if key not in _ROW_KEYS:
+            raise StagingRecordError(_ROW, str(key), "unknown field")
+    missing = sorted(_ROW_KEYS - row.keys())
+    if missing:
+        raise StagingRecordError(_ROW, missing[0], "field required")
+    check_model_call_id(row["model_call_id"])
+    columns = {
+        _RECORD_FIELD_OF_COLUMN.get(name, name): row[name]
+        for name in (
+            "model_call_id",
+            "parent_call_id",
+            "prev_len",
+            "delta_len",
+            "cum_len",
+            "weight_version",
+            "staging_digest",
+            "extras_digest",
+            "staging_key",
+            "mode",
+            "chain_hash",
+            "cumulative_hash",
+            "response_id",
+            "admitted_at",
+            "output_fingerprint",
+            "continuation_fingerprint",
+            "fingerprint_version",
+        )
+    }
+    try:
+        record = CallRecord(**columns)
+        normalized = commit_row(
+            record,
+            staging_chain=row["staging_chain"],
+            fingerprint=row["fingerprint"],
+            context_len=row["context_len"],
+            context_digest=row["context_digest"],
+        )
+    except StagingRecordError as error:
+        field = _COLUMN_OF_RECORD_FIELD.get(error.field, error.field)
+        raise StagingRecordError(_ROW, field, error.problem) from None
+    if row["digest"] != record.cumulative_hash:
+        raise StagingRecordError(_ROW, "digest", "must be the call's cumulative_hash")
+    return normalized
+
+
+def checked_failure_row(model_call_id: str, reason: str) -> dict[str, Any]:
+    """The failure row of a call (its id checked by the store's id rule, the reason a
+    non-empty string)."""
+    return failure_row(check_model_call_id(model_call_id), reason)
+
+
+def ledger_line(row: Mapping[str, Any]) -> bytes:
+    """A row as NeMo Gym's FileLineageStore writes it: sorted keys, compact, ASCII (no newline)."""
+    return json.dumps(row, sort_keys=True, separators=(",", ":")).encode()
+
+
+# -- staged calls -----------------------------------------------------------------------
+
+
+def checked_attachments(value: object) -> dict[str, dict[str, Any]] | None:
+    """Attachments as staged: null, or {name: {"bytes": base64} | {"json": value}}.
+
+    StagingRecordError naming the attachment otherwise (bytes must be standard
+    base64). The values are kept exactly as sent.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        kind = type(value).__name__
+        raise StagingRecordError(_STAGE, "attachments", f"must be an object or null, got {kind}")
+    checked: dict[str, dict[str, Any]] = {}
+    for name, item in value.items():
+        where = f"attachments.{name}"
+        if not isinstance(name, str) or not name:
+            raise StagingRecordError(_STAGE, "attachments", "names must be non-empty strings")
+        if not isinstance(item, Mapping) or len(item) != 1 or not item.keys() <= {"bytes", "json"}:
+            raise StagingRecordError(
+                _STAGE, where, 'must be {"bytes": "<base64>"} or {"json": <value>}'
+            )
+        if "bytes" in item:
+            encoded = item["bytes"]
+            if not isinstance(encoded, str):
+                raise StagingRecordError(_STAGE, where, "bytes must be a base64 string")
+            try:
+                binascii.a2b_base64(encoded, strict_mode=True)
+            except (binascii.Error, ValueError) as error:
+                raise StagingRecordError(_STAGE, where, f"bytes are not base64: {error}") from None
+        checked[name] = dict(item)
+    return checked
+
+
+def _dumps_sorted(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits in a JSON attachment: written exactly
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def base_json(record: StagedCallBaseSnapshot) -> bytes:
+    """The call's base snapshot as JSON (no extras): what fetch and freeze answer."""
+    return orjson.dumps(StagedCallBaseSnapshot.to_json(record))
+
+
+def extras_json(record: StagedCallRecord, attachments: Mapping[str, Attachment] | None) -> bytes:
+    """`{"attachments": ..., "extras": ...}`, sorted keys: the rest of what was staged."""
+    return _dumps_sorted({"attachments": attachments, "extras": record.extras})
+
+
+def file_line(record: StagedCallRecord, attachments: Mapping[str, Attachment] | None) -> bytes:
+    """The file store's line: `{"attachments": ..., "record": <StagedCallRecord>}`, sorted keys."""
+    return _dumps_sorted({"attachments": attachments, "record": record.to_json()})
+
+
+def parse_file_line(line: bytes, where: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(record JSON, attachments) of a file store line; CaptureCorrupt naming `where`."""
+    try:
+        data = loads_json(line)
+        record, attachments = data["record"], data["attachments"]
+        if not isinstance(record, dict) or not (
+            attachments is None or isinstance(attachments, dict)
+        ):
+            raise TypeError("record must be an object, attachments an object or null")
+    except (ValueError, TypeError, KeyError) as error:
+        raise CaptureCorrupt(
+            f"{where}: unreadable staged call ({type(error).__name__}: {error})"
+        ) from None
+    return record, attachments
+
+
+def staged_ancestors(
+    parent_call_id: str, lookup: Callable[[str], StagedCallBaseSnapshot | None], limit: int
+) -> list[StagedCallBaseSnapshot]:
+    """The staged calls from the root down to `parent_call_id`, walking parent links.
+
+    The walk stops at a call that is not staged (so the chain does not start at
+    a root, which the custody check refuses), at a loop, or after `limit` calls.
+    """
+    chain: list[StagedCallBaseSnapshot] = []
+    seen: set[str] = set()
+    cursor: str | None = parent_call_id
+    while cursor is not None and cursor not in seen and len(chain) < limit:
+        snapshot = lookup(cursor)
+        if snapshot is None:
+            break
+        seen.add(cursor)
+        chain.append(snapshot)
+        cursor = snapshot.parent_call_id
+    chain.reverse()
+    return chain
+
+
+# -- the freeze and the report ----------------------------------------------------------
+
+
+def staged_lines(manifest: RolloutManifest, base_of: Callable[[str], bytes | None]) -> StagedLines:
+    """The freeze of a staging rollout: per manifest record, its staged base JSON or None."""
+    return StagedLines(
+        manifest=manifest,
+        snapshots=tuple(base_of(record.model_call_id) for record in manifest.records),
+    )
+
+
+def staged_capture(lines: StagedLines, rollout_id: str) -> StagedCapture:
+    """The parsed freeze; CaptureCorrupt when a stored snapshot cannot be read back."""
+    snapshots: list[StagedCallBaseSnapshot | None] = []
+    for record, line in zip(lines.manifest.records, lines.snapshots, strict=True):
+        if line is None:
+            snapshots.append(None)
+            continue
+        try:
+            snapshots.append(stored_snapshot(loads_json(line)))
+        except (ValueError, TypeError) as error:
+            raise CaptureCorrupt(
+                f"staged call {record.model_call_id} of rollout {rollout_id} "
+                f"cannot be read: {error}"
+            ) from None
+    return StagedCapture(manifest=lines.manifest, snapshots=tuple(snapshots))
+
+
+def staging_report(rows: Iterable[Mapping[str, Any]], staged_ids: Iterable[str]) -> StagingReport:
+    """What `store inspect` shows of a staging rollout's rows and staged calls."""
+    records: list[str] = []
+    failures: list[tuple[str, str]] = []
+    count = 0
+    for row in rows:
+        count += 1
+        call_id = str(row.get("model_call_id"))
+        if row.get("failure_reason") is not None:
+            failures.append((call_id, str(row["failure_reason"])))
+        elif row.get("staging_key") is not None:
+            records.append(call_id)
+    staged = list(staged_ids)
+    committed = set(records)
+    return StagingReport(
+        ledger_rows=count,
+        records=tuple(records),
+        failures=tuple(failures),
+        staged=len(staged),
+        orphans=tuple(call for call in staged if call not in committed),
+    )

@@ -1,0 +1,73 @@
+"""The role table of the store server: every route has exactly one decided role."""
+
+from __future__ import annotations
+
+import pytest
+
+from token_finalizer import MemoryTokenStore
+from token_finalizer.store_server import create_store_app
+from token_finalizer.store_server.roles import (
+    ROUTE_ROLES,
+    StoreRole,
+    StoreTokens,
+    role_of,
+    unassigned_routes,
+)
+
+
+def test_every_served_route_has_a_role_or_is_open() -> None:
+    """The app's routes are exactly the table's plus /health: none is served undecided.
+
+    A token is configured, so NeMo Gym's control route (mounted only then) is served too.
+    """
+    app = create_store_app(MemoryTokenStore(), token="t")
+    served = {
+        (method, getattr(route, "path", None))
+        for route in app.routes
+        for method in getattr(route, "methods", None) or ()
+        if method != "HEAD"
+    }
+    assert served == set(ROUTE_ROLES) | {("GET", "/health")}
+
+
+def test_a_route_missing_from_the_table_is_named() -> None:
+    """A new route without its line in ROUTE_ROLES is reported (create_store_app refuses it)."""
+    routes = [("POST", "/ng-rollout/{rollout_id}/training-token-capture/ledger/manifest")]
+    assert unassigned_routes([*routes, ("GET", "/health")]) == [
+        "POST /ng-rollout/{rollout_id}/training-token-capture/ledger/manifest"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "role"),
+    [
+        ("PUT", "/ng-rollout/r1/training-token-capture/calls/agent:3/call-7", "writer"),
+        ("POST", "/ng-rollout/r1/training-token-capture/lineage/resolve", "writer"),
+        ("POST", "/ng-rollout/r1/training-token-capture/freeze", "finalizer"),
+        ("POST", "/ng-rollout/r1/training-token-capture/drop", "finalizer"),
+        ("GET", "/ng-rollout/r1/training-token-capture/freeze", None),
+        ("POST", "/ng-rollout/r1/training-token-capture/freeze/more", None),
+        ("GET", "/health", None),
+    ],
+)
+def test_role_of_a_request_follows_the_route_it_reaches(
+    method: str, path: str, role: str | None
+) -> None:
+    """The role is the route's; a method or path no route serves has none."""
+    assert role_of(method, path) == role
+
+
+def test_a_shared_token_holds_every_role() -> None:
+    """`--token` (shared) is listed under every role, after each role's own tokens."""
+    tokens = StoreTokens(writer=("w",), shared=("s",))
+    assert tokens.by_role() == {
+        StoreRole.WRITER: ("w", "s"),
+        StoreRole.FINALIZER: ("s",),
+        StoreRole.CONTROL: ("s",),
+    }
+
+
+def test_an_empty_store_token_is_refused() -> None:
+    """An empty token would be a token nobody needs to know."""
+    with pytest.raises(ValueError, match="empty"):
+        StoreTokens(finalizer=("",))

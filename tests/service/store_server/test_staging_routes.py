@@ -1,0 +1,353 @@
+"""The store server's external staging routes, called in-process (docs/staging.md#protocol).
+
+Each test runs against a server over a file store and over a memory store,
+with role tokens; rollout ids are unique per test, so the servers are shared
+by the module. The same routes over real processes, on a directory and on
+Redis: tests/integration/test_store_serve_staging.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.support.asgi import in_process
+from tests.support.staging_stores import Conversation, query_of
+from token_finalizer import FileTokenStore, MemoryTokenStore
+from token_finalizer._constants import STAGED_FETCH_MAX_KEYS
+from token_finalizer.core.staging import hash_tokens
+from token_finalizer.store_server import create_store_app
+from token_finalizer.store_server.roles import StoreTokens
+
+WRITER, FINALIZER = {"Authorization": "Bearer w-token"}, {"Authorization": "Bearer f-token"}
+TOKENS = StoreTokens(writer=("w-token",), finalizer=("f-token",), control=("c-token",))
+
+
+@pytest.fixture(scope="module", params=["file", "memory"])
+def http(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[httpx.Client]:
+    """An in-process client of a store server (file store, then memory store) with role tokens."""
+    backend = (
+        FileTokenStore(tmp_path_factory.mktemp("staging"))
+        if request.param == "file"
+        else MemoryTokenStore()
+    )
+    with in_process(create_store_app(backend, tokens=TOKENS)) as client:
+        yield client
+
+
+@pytest.fixture
+def chat() -> Conversation:
+    """A three-call chain of a rollout no other test uses."""
+    return Conversation.of(f"r-{uuid.uuid4().hex[:12]}", 3)
+
+
+def _path(chat: Conversation, operation: str) -> str:
+    return f"/ng-rollout/{chat.rollout_id}/training-token-capture/{operation}"
+
+
+def _stage(http: httpx.Client, chat: Conversation, index: int, **extra: Any) -> httpx.Response:
+    record = chat.records[index]
+    body = {"record": record.to_json(), "attachments": None, **extra}
+    return http.put(_path(chat, f"staged/{record.model_call_id}"), json=body, headers=WRITER)
+
+
+def _commit(http: httpx.Client, chat: Conversation, index: int) -> httpx.Response:
+    return http.post(_path(chat, "ledger/records"), json={"row": chat.rows[index]}, headers=WRITER)
+
+
+def _write(http: httpx.Client, chat: Conversation) -> None:
+    for index in range(len(chat.records)):
+        assert _stage(http, chat, index).status_code == 200
+        assert _commit(http, chat, index).status_code == 201
+
+
+# -- ledger ---------------------------------------------------------------------------------
+
+
+def test_a_new_row_is_201(http: httpx.Client, chat: Conversation) -> None:
+    """POST ledger/records answers 201 {"recorded": true}."""
+    response = _commit(http, chat, 0)
+    assert (response.status_code, response.json()) == (201, {"recorded": True})
+
+
+def test_an_identical_row_again_is_200(http: httpx.Client, chat: Conversation) -> None:
+    """The same row again answers 200 {"recorded": false}."""
+    _commit(http, chat, 0)
+    response = _commit(http, chat, 0)
+    assert (response.status_code, response.json()) == (200, {"recorded": False})
+
+
+def test_a_conflicting_row_is_409(http: httpx.Client, chat: Conversation) -> None:
+    """Another row for a recorded call answers 409 {"error"} naming the call."""
+    _commit(http, chat, 0)
+    changed = {**chat.rows[0], "response_id": "other"}
+    response = http.post(_path(chat, "ledger/records"), json={"row": changed}, headers=WRITER)
+    assert (response.status_code, "c1" in response.json()["error"]) == (409, True)
+
+
+def test_an_invalid_row_is_422_naming_the_field(http: httpx.Client, chat: Conversation) -> None:
+    """A row missing a column answers 422 naming it."""
+    row = {key: value for key, value in chat.rows[0].items() if key != "chain_hash"}
+    response = http.post(_path(chat, "ledger/records"), json={"row": row}, headers=WRITER)
+    assert (response.status_code, "chain_hash" in response.json()["error"]) == (422, True)
+
+
+def test_a_body_without_row_is_422(http: httpx.Client, chat: Conversation) -> None:
+    """{"rows": ...} is not a ledger record request: 422."""
+    response = http.post(_path(chat, "ledger/records"), json={"rows": []}, headers=WRITER)
+    assert response.status_code == 422
+
+
+def test_a_failure_is_201_then_200(http: httpx.Client, chat: Conversation) -> None:
+    """POST ledger/failures: 201 when appended, 200 for the same (call, reason) again."""
+    body = {"model_call_id": "c1", "reason": "worker_capture_failed"}
+    first = http.post(_path(chat, "ledger/failures"), json=body, headers=WRITER)
+    second = http.post(_path(chat, "ledger/failures"), json=body, headers=WRITER)
+    assert (first.status_code, second.status_code, second.json()) == (
+        201,
+        200,
+        {"recorded": False},
+    )
+
+
+def test_a_failure_without_a_reason_is_422(http: httpx.Client, chat: Conversation) -> None:
+    """An empty reason answers 422."""
+    body = {"model_call_id": "c1", "reason": ""}
+    response = http.post(_path(chat, "ledger/failures"), json=body, headers=WRITER)
+    assert response.status_code == 422
+
+
+def test_has_rows_follows_the_ledger(http: httpx.Client, chat: Conversation) -> None:
+    """GET ledger/has-rows: false, then true after a row."""
+    before = http.get(_path(chat, "ledger/has-rows"), headers=WRITER).json()
+    _commit(http, chat, 0)
+    after = http.get(_path(chat, "ledger/has-rows"), headers=WRITER).json()
+    assert (before, after) == ({"has_rows": False}, {"has_rows": True})
+
+
+def test_the_manifest_lists_the_rows(http: httpx.Client, chat: Conversation) -> None:
+    """GET ledger/manifest answers the RolloutManifest JSON."""
+    _write(http, chat)
+    manifest = http.get(_path(chat, "ledger/manifest"), headers=FINALIZER).json()
+    assert [record["model_call_id"] for record in manifest["records"]] == ["c1", "c2", "c3"]
+
+
+def test_the_manifest_of_an_unknown_rollout_has_empty_lists(
+    http: httpx.Client, chat: Conversation
+) -> None:
+    """A rollout without rows: 200 with empty lists."""
+    manifest = http.get(_path(chat, "ledger/manifest"), headers=FINALIZER).json()
+    assert (manifest["records"], manifest["failures"]) == ([], [])
+
+
+def test_a_writer_cannot_read_the_manifest(http: httpx.Client, chat: Conversation) -> None:
+    """The manifest needs a finalizer token: a writer's is 403."""
+    assert http.get(_path(chat, "ledger/manifest"), headers=WRITER).status_code == 403
+
+
+# -- stage ----------------------------------------------------------------------------------
+
+
+def test_a_staged_call_answers_its_key(http: httpx.Client, chat: Conversation) -> None:
+    """PUT staged/{id} answers 200 {"ok": true, "staging_key": "R/id"}."""
+    response = _stage(http, chat, 0)
+    assert (response.status_code, response.json()) == (
+        200,
+        {"ok": True, "staging_key": f"{chat.rollout_id}/c1"},
+    )
+
+
+def test_the_same_call_again_is_200(http: httpx.Client, chat: Conversation) -> None:
+    """An identical replay answers 200 as well."""
+    _stage(http, chat, 0)
+    assert _stage(http, chat, 0).status_code == 200
+
+
+def test_another_payload_is_409(http: httpx.Client, chat: Conversation) -> None:
+    """The same call with other attachments answers 409."""
+    _stage(http, chat, 0)
+    assert _stage(http, chat, 0, attachments={"a": {"json": 1}}).status_code == 409
+
+
+def test_a_custody_refusal_is_422_naming_the_check(http: httpx.Client, chat: Conversation) -> None:
+    """A call whose parent is not staged: 422 with check parent_not_staged."""
+    response = _stage(http, chat, 1)
+    assert (response.status_code, response.json()["check"]) == (422, "parent_not_staged")
+
+
+def test_an_invalid_record_is_422_invalid_record(http: httpx.Client, chat: Conversation) -> None:
+    """A record whose digest does not recompute: 422 with check invalid_record."""
+    record = {**chat.records[0].to_json(), "cumulative_hash": hash_tokens([1])}
+    path = _path(chat, "staged/c1")
+    response = http.put(path, json={"record": record, "attachments": None}, headers=WRITER)
+    assert (response.status_code, response.json()["check"]) == (422, "invalid_record")
+
+
+def test_a_record_of_another_call_than_the_path_is_422(
+    http: httpx.Client, chat: Conversation
+) -> None:
+    """The path names the call: a record of another call is refused."""
+    body = {"record": chat.records[0].to_json(), "attachments": None}
+    response = http.put(_path(chat, "staged/c9"), json=body, headers=WRITER)
+    assert (response.status_code, response.json()["check"]) == (422, "invalid_record")
+
+
+def test_malformed_attachments_are_422(http: httpx.Client, chat: Conversation) -> None:
+    """Attachments that are neither bytes nor JSON: 422 invalid_record, nothing stored."""
+    response = _stage(http, chat, 0, attachments={"a": {"text": "x"}})
+    fetched = http.post(_path(chat, "staged/fetch"), json={"keys": ["c1"]}, headers=FINALIZER)
+    assert (response.status_code, fetched.json()) == (422, {"snapshots": [None]})
+
+
+def test_a_call_id_with_a_slash_travels_encoded(http: httpx.Client) -> None:
+    """`agent:3/call-7` is sent as %2F in the path and staged under that id."""
+    chat = Conversation(f"r-{uuid.uuid4().hex[:12]}")
+    record = chat.add("agent:3/call-7")
+    path = _path(chat, f"staged/{quote(record.model_call_id, safe='')}")
+    response = http.put(path, json={"record": record.to_json()}, headers=WRITER)
+    assert response.json()["staging_key"] == f"{chat.rollout_id}/agent:3/call-7"
+
+
+def test_a_finalizer_cannot_stage(http: httpx.Client, chat: Conversation) -> None:
+    """Staging needs a writer token: a finalizer's is 403."""
+    body = {"record": chat.records[0].to_json()}
+    assert http.put(_path(chat, "staged/c1"), json=body, headers=FINALIZER).status_code == 403
+
+
+# -- fetch ----------------------------------------------------------------------------------
+
+
+def test_fetch_answers_snapshots_in_order_with_nulls(
+    http: httpx.Client, chat: Conversation
+) -> None:
+    """POST staged/fetch: one base snapshot (or null) per key, in the order asked."""
+    _write(http, chat)
+    body = {"keys": ["c3", "nope", "c1"]}
+    answer = http.post(_path(chat, "staged/fetch"), json=body, headers=FINALIZER).json()
+    assert [None if s is None else s["model_call_id"] for s in answer["snapshots"]] == [
+        "c3",
+        None,
+        "c1",
+    ]
+    assert "extras" not in answer["snapshots"][0]
+
+
+def test_fetch_answers_zstd_when_accepted(http: httpx.Client, chat: Conversation) -> None:
+    """With Accept-Encoding: zstd a large answer comes compressed and decodes to the same."""
+    _write(http, chat)
+    body = {"keys": ["c1", "c2", "c3"] * 20}
+    path = _path(chat, "staged/fetch")
+    plain = http.post(path, json=body, headers={**FINALIZER, "Accept-Encoding": "identity"})
+    packed = http.post(path, json=body, headers={**FINALIZER, "Accept-Encoding": "zstd"})
+    assert packed.headers["content-encoding"] == "zstd"
+    assert packed.num_bytes_downloaded < len(plain.content) / 5
+    assert packed.json() == plain.json()
+
+
+def test_too_many_keys_are_422(http: httpx.Client, chat: Conversation) -> None:
+    """More keys than the bound: 422, not a huge answer."""
+    body = {"keys": ["c1"] * (STAGED_FETCH_MAX_KEYS + 1)}
+    assert http.post(_path(chat, "staged/fetch"), json=body, headers=FINALIZER).status_code == 422
+
+
+def test_keys_that_are_not_a_list_are_422(http: httpx.Client, chat: Conversation) -> None:
+    """{"keys": "c1"}: 422."""
+    body = {"keys": "c1"}
+    assert http.post(_path(chat, "staged/fetch"), json=body, headers=FINALIZER).status_code == 422
+
+
+def test_extras_answer_values_and_missing(http: httpx.Client) -> None:
+    """POST staged/extras: one value per key (null when none), and the keys not staged."""
+    chat = Conversation(f"r-{uuid.uuid4().hex[:12]}")
+    chat.add("c1", extras={"routed_experts": [[[1, 2]]]})
+    chat.add("c2")
+    _write(http, chat)
+    body = {"keys": ["c1", "c2", "nope"]}
+    answer = http.post(_path(chat, "staged/extras"), json=body, headers=FINALIZER).json()
+    assert answer == {"extras": [{"routed_experts": [[[1, 2]]]}, None, None], "missing": ["nope"]}
+
+
+def test_attachments_come_back_as_staged(http: httpx.Client, chat: Conversation) -> None:
+    """GET staged/{id}/attachments: bytes as base64, JSON as JSON."""
+    attachments = {"png": {"bytes": base64.b64encode(b"\x89PNG").decode()}, "n": {"json": [1]}}
+    _stage(http, chat, 0, attachments=attachments)
+    answer = http.get(_path(chat, "staged/c1/attachments"), headers=FINALIZER).json()
+    assert answer == {"attachments": attachments}
+
+
+def test_attachments_of_an_unknown_call_are_404(http: httpx.Client, chat: Conversation) -> None:
+    """A call that was never staged: 404 {"error"}."""
+    response = http.get(_path(chat, "staged/nope/attachments"), headers=FINALIZER)
+    assert (response.status_code, "nope" in response.json()["error"]) == (404, True)
+
+
+# -- the protocol v1 routes on a staging rollout ----------------------------------------------
+
+
+def test_resolve_answers_over_ledger_rows(http: httpx.Client, chat: Conversation) -> None:
+    """lineage/resolve of a staging rollout: the match carries the chain and the chain hash."""
+    _write(http, chat)
+    query = query_of(chat.request_items(3))
+    body = {
+        "fingerprint_version": query.fingerprint_version,
+        "fingerprint": query.fingerprint,
+        "context_digests": list(query.context_digests),
+    }
+    answer = http.post(_path(chat, "lineage/resolve"), json=body, headers=WRITER).json()
+    assert answer["match"] == {
+        "model_call_id": "c3",
+        "cumulative_token_ids": [],
+        "digest": chat.records[2].cumulative_hash,
+        "staging_chain": chat.rows[2]["staging_chain"],
+        "prev_len": chat.records[2].cum_len,
+        "chain_hash": chat.records[2].chain_hash,
+    }
+
+
+def test_freeze_answers_the_staged_kind(http: httpx.Client, chat: Conversation) -> None:
+    """POST freeze of a staging rollout: kind staged, the manifest, one snapshot per record."""
+    _write(http, chat)
+    answer = http.post(_path(chat, "freeze"), headers=FINALIZER).json()
+    assert (answer["kind"], answer["entries"], answer["incomplete"], answer["version"]) == (
+        "staged",
+        [],
+        False,
+        7,
+    )
+    records = [record["model_call_id"] for record in answer["manifest"]["records"]]
+    snapshots = [snapshot["model_call_id"] for snapshot in answer["snapshots"]]
+    assert records == snapshots == ["c1", "c2", "c3"]
+
+
+def test_a_stage_after_the_freeze_is_409(http: httpx.Client, chat: Conversation) -> None:
+    """The fence: once frozen, a stage answers 409."""
+    _stage(http, chat, 0)
+    http.post(_path(chat, "freeze"), headers=FINALIZER)
+    response = _stage(http, chat, 1)
+    assert (response.status_code, "frozen" in response.json()["error"]) == (409, True)
+
+
+def test_drop_removes_the_staged_calls(http: httpx.Client, chat: Conversation) -> None:
+    """POST drop of the frozen snapshot: dropped, and fetch finds nothing."""
+    _write(http, chat)
+    frozen = http.post(_path(chat, "freeze"), headers=FINALIZER).json()
+    body = {"snapshot_id": frozen["snapshot_id"], "version": frozen["version"]}
+    dropped = http.post(_path(chat, "drop"), json=body, headers=FINALIZER).json()
+    fetched = http.post(_path(chat, "staged/fetch"), json={"keys": ["c1"]}, headers=FINALIZER)
+    assert (dropped, fetched.json()) == ({"dropped": True}, {"snapshots": [None]})
+
+
+def test_a_token_entry_for_a_staging_rollout_is_409(http: httpx.Client, chat: Conversation) -> None:
+    """The family guard over the wire: PUT calls/{id} on a staging rollout is 409."""
+    _commit(http, chat, 0)
+    entry = {"prompt_token_ids": [1], "generation_token_ids": [2], "generation_log_probs": [-0.5]}
+    response = http.put(_path(chat, "calls/e1"), json=entry, headers=WRITER)
+    assert (response.status_code, "staging ledger" in response.json()["error"]) == (409, True)
