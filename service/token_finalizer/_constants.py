@@ -156,14 +156,36 @@ HTTP_MAX_ANSWER_BYTES = 1024 * 1024 * 1024
 # A state replacement lives for milliseconds: a temporary state file (or a lone
 # lock file) this old was left by a killed writer and is removed by a sweep.
 FILE_STALE_AGE_S = 60.0
-# The redis store (sources/redis): connection errors and timeouts are retried
-# this often by the client (every script is safe to repeat), with jittered
-# backoff between these bounds; a connect waits at most the cap (or the
-# source's timeout_s, when smaller).
-REDIS_RETRIES = 3
-REDIS_RETRY_BASE_S = 0.05
-REDIS_RETRY_CAP_S = 1.0
+# Redis (the redis store, the shared guard; sources/redis/_retrying.py): every
+# failure that may pass (a lost connection, MOVED/ASK/TRYAGAIN during a slot
+# move, a cluster down during a failover) is retried until the operation's
+# deadline (the source's timeout_s), waiting between tries with jittered
+# exponential backoff between these bounds; redis-py's own retries are off.
+# A connect waits at most the cap (or the deadline, when shorter).
+REDIS_RETRY_BASE_S = 0.02
+REDIS_RETRY_CAP_S = 0.25
 REDIS_CONNECT_TIMEOUT_CAP_S = 5.0
+# A client replaced after it failed in a way that says its own state is broken
+# is closed this much later, once the calls still running on it are over.
+REDIS_REPLACED_CLIENT_CLOSE_S = 10.0
+# ... and replaced at most this often, so that an outage (when every client
+# fails) does not pile up clients waiting to be closed.
+REDIS_REPLACE_MIN_INTERVAL_S = 1.0
+# Health pings (/ready, the store server's /health): each node gets this long,
+# the whole probe (every primary of a cluster, a topology refresh, a second
+# round) at most the second; both under STORE_HEALTH_TIMEOUT_S.
+REDIS_PING_NODE_TIMEOUT_S = 0.5
+REDIS_PING_TIMEOUT_S = 1.2
+# With min_replicas_acked, WAIT follows every state change on its connection,
+# after a write of this short-lived marker key under the rollout's hash tag:
+# WAIT counts the connection's own writes, and a repeated call that changes
+# nothing (the retry of a put that was applied) must still wait for the first.
+REDIS_SYNC_MARK_TTL_MS = 1000
+# `store serve --redis-timeout`: each store operation's deadline, retries included.
+DEFAULT_STORE_REDIS_TIMEOUT_S = 5.0
+# Seconds a store server's 503 asks writers to wait: it has already retried for
+# its own deadline, and a Redis failover is over within a few seconds.
+STORE_RETRY_AFTER_S = 1
 # Keys asked for per SCAN round when listing rollouts.
 REDIS_SCAN_COUNT = 1000
 # A put whose stored payload kept changing under it (only an admin delete can

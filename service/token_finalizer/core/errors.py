@@ -11,7 +11,9 @@
     ├── StoreFull                   a store out of disk space or quota: the call did not take effect
     └── SourceUnavailable           a remote store that cannot be reached or answers nonsense
         └── StoreUnreachable        no usable answer at all (refused, timed out, 502/503/504):
-                                    nothing changed in the store, so the call may be repeated
+            │                       nothing changed in the store, so the call may be repeated
+            └── StoreNodeUnreachable one server of the store (a Redis node) did not answer;
+                                    `node` names it as `host:port`
 
 The finalize path never lets these escape: they become masked records whose
 `error` is ``"<ExceptionType>: <message>"``. Writers see them raised.
@@ -28,6 +30,7 @@ __all__ = [
     "InvalidRolloutId",
     "SourceUnavailable",
     "StoreFull",
+    "StoreNodeUnreachable",
     "StoreUnreachable",
     "TokenEntryError",
     "TokenIdOutOfRange",
@@ -87,3 +90,17 @@ class SourceUnavailable(CaptureError):
 
 class StoreUnreachable(SourceUnavailable):
     """No usable answer came back: the store was not reached, or said it cannot serve now."""
+
+
+class StoreNodeUnreachable(StoreUnreachable):
+    """One server of a store did not answer (a Redis server, or a primary of a cluster).
+
+    `node` is its `host:port`, so health reports can name the node that is down.
+    """
+
+    def __init__(self, message: str, node: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+    def __reduce__(self) -> tuple[type[StoreNodeUnreachable], tuple[str, str]]:
+        return type(self), (str(self), self.node)

@@ -31,6 +31,7 @@ from token_finalizer.core.delivery import (
     finalize_rollout_token_capture,
     retire_rollout_token_capture,
 )
+from token_finalizer.core.errors import StoreUnreachable
 from token_finalizer.core.redaction import redacted_url
 from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.metrics import ServiceMetrics
@@ -290,8 +291,9 @@ async def test_newer_schema_line_masks_and_retires_nothing(
 
 
 async def test_unreachable_redis_is_source_unavailable_for_every_operation() -> None:
-    """Nothing listening: each operation raises SourceUnavailable naming the store."""
-    store = RedisTokenStore(_dead_url(), timeout_s=1)
+    """Nothing listening: each operation raises StoreUnreachable naming the store (retried
+    until the deadline first), and the ping names the node."""
+    store = RedisTokenStore(_dead_url(), timeout_s=0.3)
     attempts = (
         lambda: store.put(make_entry("r1", "c1", [1], [2])),
         lambda: store.begin_call("r1", "c1"),
@@ -300,11 +302,12 @@ async def test_unreachable_redis_is_source_unavailable_for_every_operation() -> 
         lambda: store.drop("r1", snapshot_id="x", version=1),
         lambda: store.admin.status("r1"),
         lambda: store.admin.rollout_ids(),
-        lambda: store.ping(),
     )
     for attempt in attempts:
-        with pytest.raises(SourceUnavailable, match=r"redis store redis://127\.0\.0\.1:\d+/0"):
+        with pytest.raises(StoreUnreachable, match=r"redis store redis://127\.0\.0\.1:\d+/0"):
             await attempt()
+    with pytest.raises(StoreUnreachable, match=r"^redis node 127\.0\.0\.1:\d+: ConnectionError"):
+        await store.ping()
     await store.close()
 
 
@@ -344,7 +347,7 @@ async def test_closed_store_refuses_and_closes_twice(redis_url: str) -> None:
 def test_cluster_option_builds_a_cluster_client() -> None:
     """cluster=True talks through redis-py's cluster client (which routes by slot)."""
     store = RedisTokenStore("redis://127.0.0.1:7000/0", cluster=True)
-    assert isinstance(store._redis._client, RedisCluster)
+    assert isinstance(store._redis.redis.client, RedisCluster)
 
 
 async def test_a_client_passed_in_stays_open(redis_url: str, redis_prefix: str) -> None:
@@ -375,7 +378,7 @@ async def test_registry_reports_a_redis_source_reachable_or_not(redis_url: str) 
         await registry.close()
     assert reachability["up"] == {"reachable": True}
     assert reachability["down"]["reachable"] is False
-    assert "StoreUnreachable" in reachability["down"]["error"]
+    assert reachability["down"]["error"].startswith("redis node 127.0.0.1:")
     assert PASSWORD not in reachability["down"]["error"]
 
 
@@ -406,7 +409,9 @@ def test_settings_accept_a_redis_source() -> None:
         env={"REDIS_PASSWORD": PASSWORD},
     )
     assert settings.sources["shared"].open_options() == {
-        "url": f"rediss://:{PASSWORD}@redis:6380/2",
+        "urls": (f"rediss://:{PASSWORD}@redis:6380/2",),
+        "cluster": False,
+        "min_replicas_acked": 0,
         "key_prefix": "ng:",
         "timeout_s": 3.0,
         "retired_ttl_s": None,

@@ -24,11 +24,9 @@ import asyncio
 import uuid
 from collections.abc import Mapping, Sequence, Sized
 from typing import Any
-from urllib.parse import urlsplit
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
-    DEFAULT_REDIS_PORT,
     DEFAULT_RETIRED_TTL_S,
     PARSE_IN_THREAD_MIN_BYTES,
     REDIS_PUT_ROUNDS,
@@ -38,6 +36,7 @@ from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceUnavailable
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.core.store_urls import check_redis_url
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_committed
 from token_finalizer.sources._staging import entries_refused, staged_capture
@@ -105,17 +104,35 @@ class RedisTokenStore(StagingDelegate):
         self,
         url: str | None = None,
         *,
+        urls: Sequence[str] | None = None,
         key_prefix: str | None = None,
         timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
         retired_ttl_s: float | None = DEFAULT_RETIRED_TTL_S,
         abandoned_ttl_s: float | None = None,
         cluster: bool = False,
+        min_replicas_acked: int = 0,
         client: Any = None,
     ) -> None:
+        """`url` names one server, or a seed node with `cluster=True`; `urls` several seeds.
+
+        `timeout_s` is each operation's deadline, retries included
+        (docs/store-protocol.md#redis-cluster); `min_replicas_acked` N makes
+        every state change wait for N replicas before it is acknowledged.
+        """
         self._retired_ms = _milliseconds(retired_ttl_s, "retired_ttl_s")
         self._abandoned_ms = _milliseconds(abandoned_ttl_s, "abandoned_ttl_s")
+        if url is not None and urls:
+            raise ValueError("give `url` or `urls`, not both")
+        seeds = list(urls) if urls else [] if url is None else [url]
+        if client is None and not seeds:
+            check_redis_url(url)  # the message that names what is missing
         self._redis = RedisConnection(
-            url, key_prefix=key_prefix or "", timeout_s=timeout_s, cluster=cluster, client=client
+            seeds,
+            key_prefix=key_prefix or "",
+            timeout_s=timeout_s,
+            cluster=cluster,
+            min_replicas_acked=min_replicas_acked,
+            client=client,
         )
         self._staging = RedisStaging(self._redis, abandoned_ms=self._abandoned_ms)
         self._lineage = RedisLineage(self._redis)
@@ -131,12 +148,8 @@ class RedisTokenStore(StagingDelegate):
 
     @property
     def node(self) -> str:
-        """`host:port` of the server the URL names (a cluster's seed node), for health reports."""
-        parts = urlsplit(self._redis.where)
-        if parts.hostname is None:  # a client handed in: its class name
-            return self._redis.where
-        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        return f"{host}:{parts.port or DEFAULT_REDIS_PORT}"
+        """`host:port` of the server the URL names (a cluster's first seed), for health reports."""
+        return self._redis.node
 
     @property
     def admin(self) -> RedisStoreAdmin:
