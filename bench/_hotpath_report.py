@@ -15,6 +15,7 @@ __all__ = [
     "GROWTH_COLUMNS",
     "MAIN_COLUMNS",
     "Row",
+    "goal_summary",
     "growth_table",
     "main_tables",
     "percentile",
@@ -119,6 +120,65 @@ def growth_table(rows: Sequence[Row]) -> list[str]:
             )
             cells += f"{f'{value:.1f}{ratio}':>18}"
         lines.append(f"{row.calls:>5} {row.layout:<6} {row.side:<13}{cells}")
+    return lines
+
+
+# The issue's goals: at 64 rollouts, capture p99 and resolve p99 (the burst, every
+# rollout's next request at once) within this factor of the in-process baseline ...
+GOAL_RATIO = 2.0
+# ... and a resolve alone within this many milliseconds.
+GOAL_ALONE_MS = 3.0
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def goal_summary(main_rows: Sequence[Row], growth_rows: Sequence[Row]) -> list[str]:
+    """One line per served side and layout: each goal's figure and whether it is met.
+
+    Growth: each side's capture p50 ratio to the baseline at every rollout
+    length, shortest first; flat (or falling) means the per-call cost grows
+    with the answer only, as the baseline's does.
+    """
+    lines = [
+        f"goals: capture p99 and burst p99 <= {GOAL_RATIO:g}x the baseline, "
+        f"resolve alone p50 <= {GOAL_ALONE_MS:g} ms"
+    ]
+    for row in main_rows:
+        base = next((b for b in main_rows if b.baseline and b.layout == row.layout), None)
+        if base is None or row.baseline or row.side.startswith("gym"):
+            continue
+        capture = percentile(row.samples.capture, 0.99) / percentile(base.samples.capture, 0.99)
+        burst = percentile(row.samples.burst, 0.99) / percentile(base.samples.burst, 0.99)
+        alone = _median(row.samples.alone)
+        lines.append(
+            f"  {row.layout:<5} {row.side:<10} capture p99 {capture:.1f}x "
+            f"({_verdict(capture <= GOAL_RATIO)}), burst p99 {burst:.1f}x "
+            f"({_verdict(burst <= GOAL_RATIO)}), alone p50 {alone:.1f} ms "
+            f"({_verdict(alone <= GOAL_ALONE_MS)})"
+        )
+    sides = sorted({(r.layout, r.side) for r in growth_rows if not r.side.startswith("gym")})
+    for layout, side in sides:
+        series = []
+        for row in sorted(growth_rows, key=lambda r: r.calls):
+            if (row.layout, row.side) != (layout, side):
+                continue
+            base = next(
+                (
+                    b
+                    for b in growth_rows
+                    if b.baseline and (b.layout, b.calls) == (layout, row.calls)
+                ),
+                None,
+            )
+            if base is not None:
+                ratio = _median(row.samples.capture) / _median(base.samples.capture)
+                series.append(f"{row.calls}: {ratio:.1f}x")
+        if series:
+            lines.append(
+                f"  {layout:<5} {side:<10} capture p50 ratio by length: {', '.join(series)}"
+            )
     return lines
 
 

@@ -37,10 +37,11 @@ Figures (milliseconds; ratios = side / baseline of the same layout):
   the last tenth of the calls (the longest contexts). A per-call cost that
   re-reads the rollout grows with calls x context; the baseline's does not.
 
-The goal for the store: capture p99 and resolve p99 at 64 rollouts each
-<= 2x the baseline, resolve alone <= 3 ms, ratios flat in the rollout's
-length. `--profile DIR` samples each store server with py-spy
-during the main runs and prints where its time goes. The client, the store
+The goal (docs/architecture.md, scale-out): capture p99 and resolve p99 at 64
+rollouts each <= 2x the baseline, resolve alone <= 3 ms, ratios flat in the
+rollout's length; the goal summary says which goal each side meets.
+`--profile DIR` samples each store server with py-spy during the main runs
+and prints where its time goes. The client, the store
 server, Redis and the baseline share the machine; the load average is printed
 with the results. `--quick`: 8 rollouts x 10 calls, growth 5 and 20 calls at 2
 rollouts, 2 burst rounds.
@@ -59,7 +60,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench._hotpath_driver import SideSamples, run_side
-from bench._hotpath_report import Row, growth_table, main_tables, profile_summary
+from bench._hotpath_report import Row, goal_summary, growth_table, main_tables, profile_summary
 from bench._hotpath_sides import BACKENDS, served_side, standin_side
 from bench._hotpath_wheel import run_wheel
 from bench._hotpath_workload import Workload
@@ -213,6 +214,8 @@ def main() -> None:
         print()
         print(f"growth: {args.growth_rollouts} rollouts at once; (ratio to the baseline)")
         print("\n".join(growth_table(growth_rows)))
+    print()
+    print("\n".join(goal_summary(main_rows, growth_rows)))
     for profile in bench.profiles:
         print()
         print("\n".join(profile_summary(profile)))

@@ -104,9 +104,16 @@ def _url(value: str | None) -> Any:
 # -- docker-compose.yml -------------------------------------------------------
 
 
+def _default_services(compose: dict[str, Any]) -> list[str]:
+    """The services `docker compose up` starts (those of no profile)."""
+    return sorted(
+        name for name, service in compose["services"].items() if "profiles" not in service
+    )
+
+
 def test_compose_has_the_scaled_out_topology(compose: dict[str, Any]) -> None:
     """Redis, a capture store on it, two finalizer replicas and a one-shot smoke test."""
-    assert sorted(compose["services"]) == [
+    assert _default_services(compose) == [
         "capture-store",
         "finalizer-a",
         "finalizer-b",
@@ -127,7 +134,7 @@ def test_store_command_serves_redis(compose: dict[str, Any]) -> None:
     """The store runs `token-finalizer store serve --redis redis://redis:6379/0` on 0.0.0.0:8100."""
     command = compose["services"]["capture-store"]["command"]
     args = build_parser().parse_args(command[1:])
-    redis_url = _url(args.redis)
+    (redis_url,) = map(_url, args.redis)
     assert (command[0], args._run.__name__, args.dir, args.host, args.port) == (
         "token-finalizer",
         "store_serve",
@@ -229,7 +236,7 @@ def test_replica_config_points_at_the_compose_services(compose: dict[str, Any]) 
     assert settings.sources["store"].token == "store-token"
     store_redis = _option(compose["services"]["capture-store"]["command"], "--redis")
     assert settings.sources["redis"].url == store_redis
-    assert settings.guard.redis == store_redis
+    assert settings.guard.redis is not None and settings.guard.redis.seeds == (store_redis,)
 
 
 def test_replica_config_shares_the_guard_and_the_retire_key(compose: dict[str, Any]) -> None:
@@ -303,6 +310,81 @@ def test_compose_requires_the_operator_secrets(compose: dict[str, Any]) -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     for variable in OPERATOR_ENV:
         assert re.search(r"\$\{" + variable + r":\?[^}]+\}", text), variable
+
+
+# -- docker-compose.yml, profile `cluster` ------------------------------------
+
+CLUSTER_NODES = [f"redis-cluster-{number}" for number in range(1, 7)]
+
+
+def test_cluster_profile_adds_a_cluster_and_its_store_and_finalizer(
+    compose: dict[str, Any],
+) -> None:
+    """`--profile cluster`: six Redis nodes, a one-shot that joins them, a store and a finalizer."""
+    profiled = sorted(name for name, s in compose["services"].items() if "profiles" in s)
+    assert profiled == sorted(
+        [*CLUSTER_NODES, "redis-cluster-init", "capture-store-cluster", "finalizer-cluster"]
+    )
+    assert all(compose["services"][name]["profiles"] == ["cluster"] for name in profiled)
+
+
+def _node_timeout_s(compose: dict[str, Any]) -> float:
+    (timeout,) = {
+        _option(compose["services"][name]["command"], "--cluster-node-timeout")
+        for name in CLUSTER_NODES
+    }
+    return int(timeout) / 1000
+
+
+def test_cluster_nodes_run_in_cluster_mode_with_persistence(compose: dict[str, Any]) -> None:
+    """Each node: cluster-enabled, append-only file on its own volume, checked by PING."""
+    for name in CLUSTER_NODES:
+        node = compose["services"][name]
+        volume, _, target = node["volumes"][0].partition(":")
+        assert _option(node["command"], "--cluster-enabled") == "yes"
+        assert _option(node["command"], "--appendonly") == "yes"
+        assert (volume in compose["volumes"], target) == (True, "/data")
+        assert node["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+
+
+def test_cluster_init_joins_every_node_with_one_replica_each(compose: dict[str, Any]) -> None:
+    """The one-shot creates 3 primaries x 1 replica from all six nodes, after each is healthy."""
+    init = compose["services"]["redis-cluster-init"]
+    script = init["command"][-1]
+    assert "--cluster create" in script and "--cluster-replicas 1" in script
+    assert "redis-cluster-$$n" in script and "1 2 3 4 5 6" in script
+    assert init["depends_on"] == {name: {"condition": "service_healthy"} for name in CLUSTER_NODES}
+
+
+def test_cluster_store_command_reaches_the_cluster(compose: dict[str, Any]) -> None:
+    """`store serve --redis-cluster` with two node seeds and one acknowledging replica."""
+    service = compose["services"]["capture-store-cluster"]
+    args = build_parser().parse_args(service["command"][1:])
+    hosts = [_url(url).hostname for url in args.redis]
+    assert (args._run.__name__, args.redis_cluster, args.min_replicas_acked) == (
+        "store_serve",
+        True,
+        1,
+    )
+    assert hosts == CLUSTER_NODES[:2]
+    assert service["depends_on"] == {
+        "redis-cluster-init": {"condition": "service_completed_successfully"}
+    }
+    # A failover takes about the node timeout plus a second; the deadline outlasts it.
+    assert _node_timeout_s(compose) <= args.redis_timeout - 2
+
+
+def test_cluster_finalizer_config_reaches_the_cluster(compose: dict[str, Any]) -> None:
+    """deploy/finalizer-cluster.yaml: a cluster source and guard on the node seeds."""
+    settings = _replica_settings(compose, "finalizer-cluster")
+    source = settings.sources["redis"]
+    store = _url(settings.sources["store"].url)
+    assert (store.hostname, store.port) == ("capture-store-cluster", 8100)
+    assert (source.cluster, source.min_replicas_acked) == (True, 1)
+    assert [_url(url).hostname for url in source.urls or ()] == CLUSTER_NODES[:2]
+    assert settings.guard.redis is not None and settings.guard.redis.cluster
+    assert _node_timeout_s(compose) <= source.timeout_s - 2
+    assert _node_timeout_s(compose) <= settings.guard.timeout_s - 2
 
 
 # -- Dockerfile ---------------------------------------------------------------

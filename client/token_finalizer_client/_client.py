@@ -118,7 +118,8 @@ class FinalizerClient(_BaseClient[httpx.Client]):
     Finalize answers are asked for in the compact token form and expanded
     into the standard record: token lists by default, or with `as_numpy`
     numpy arrays whose prompts are views of one shared, read-only int64
-    array (needs numpy: the `fast` extra, `token-finalizer-client[fast]`).
+    array (uint64 when an id of the record needs it; needs numpy: the
+    `fast` extra, `token-finalizer-client[fast]`).
     """
 
     def _open_pool(self, **options: Any) -> httpx.Client:

@@ -12,11 +12,15 @@ Expanding costs one slice per item, never per-token Python work:
 
 - lists (the default): each prompt is `context[:n]`, a new list whose
   entries are the context's own int objects;
-- numpy (`as_numpy=True`): the context becomes ONE int64 array and each
-  prompt is the view `context[:n]` of it (no copy). The shared buffer is
-  read-only, so changing one prompt in place cannot silently change the
-  others; `generation_token_ids` (int64) and `generation_log_probs`
-  (float64) become arrays too, in every token-bearing item.
+- numpy (`as_numpy=True`): the context becomes ONE array and each prompt is
+  the view `context[:n]` of it (no copy). The shared buffer is read-only, so
+  changing one prompt in place cannot silently change the others;
+  `generation_token_ids` and `generation_log_probs` (float64) become arrays
+  too, in every token-bearing item. Token arrays are int64, or uint64 when an
+  id of the record is 2**63 or more (valid ids are [0, 2**64)): one dtype
+  for the whole record, so concatenating its arrays stays exact. Every id is
+  checked first: anything but an integer in range (1.7, "12", true, -1)
+  raises MalformedAnswerError instead of being converted.
 
 The input answer is never changed: the record, its response and the
 expanded items are shallow copies; everything else is shared.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from token_finalizer_client._exceptions import FinalizerError
+from token_finalizer_client._exceptions import FinalizerError, MalformedAnswerError
 
 __all__ = ["expand_record", "load_numpy", "plain_record"]
 
@@ -34,6 +38,10 @@ PROMPT = "prompt_token_ids"
 GENERATION = "generation_token_ids"
 LOG_PROBS = "generation_log_probs"
 _TOKEN_KEYS = (PROMPT, GENERATION, LOG_PROBS)
+_ID_KEYS = (PROMPT, GENERATION)
+_ID_END = 2**64
+_INTEGERS = frozenset({int})
+_NUMBERS = frozenset({int, float})
 
 
 def load_numpy() -> Any:
@@ -91,30 +99,75 @@ def _list_output(output: list[Any], context: list[Any] | None) -> list[Any] | No
     return expanded
 
 
+def _refuse_strangers(values: Any, what: str, allowed: frozenset[type], kind: str) -> None:
+    """MalformedAnswerError unless `values` is a list of `allowed` types only (one C pass)."""
+    if not isinstance(values, list):
+        raise MalformedAnswerError(f"the finalize answer's `{what}` is not a list")
+    strangers = set(map(type, values)) - allowed  # type(True) is bool, never int
+    if strangers:
+        names = ", ".join(sorted(stranger.__name__ for stranger in strangers))
+        raise MalformedAnswerError(
+            f"the finalize answer's `{what}` holds {names} values where {kind}"
+        )
+
+
+def _id_array(np: Any, values: Any, what: str) -> Any:
+    """A JSON list of token ids as int64 (uint64 when an id needs it); MalformedAnswerError
+    if any element is not an integer in [0, 2**64). No Python step per id."""
+    _refuse_strangers(values, what, _INTEGERS, "token ids must be integers")
+    try:
+        array = np.array(values, dtype=np.int64)
+    except OverflowError:  # an id of 2**63 or more (or below -2**63): checked one by one
+        low, high = min(values), max(values)
+        if low < 0 or high >= _ID_END:
+            raise _out_of_range(what, low if low < 0 else high) from None
+        return np.array(values, dtype=np.uint64)
+    if len(array) and int(array.min()) < 0:
+        raise _out_of_range(what, int(array.min()))
+    return array
+
+
+def _out_of_range(what: str, bad: int) -> MalformedAnswerError:
+    return MalformedAnswerError(
+        f"the finalize answer's `{what}` holds {bad}, outside the token id range [0, 2**64)"
+    )
+
+
 def _numpy_output(output: list[Any], context: list[Any] | None) -> list[Any]:
-    """The output with every token list an array and every compact prompt a view of one array."""
+    """The output with every token list an array and every compact prompt a view of one array.
+
+    Every list is checked and converted first; then, if one of them needed
+    uint64, all become uint64 (one dtype per record), and only then are the
+    prompts cut from the context.
+    """
     np = load_numpy()
-
-    def array(values: Any, dtype: Any, what: str) -> Any:
-        try:
-            return np.asarray(values, dtype=dtype)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise FinalizerError(f"the finalize answer's `{what}` is not a flat list") from exc
-
-    base = None
-    if context is not None:
-        base = array(context, np.int64, "context_token_ids")
-        base.flags.writeable = False  # shared by every prompt: no in-place edits
-    kinds = ((PROMPT, np.int64), (GENERATION, np.int64), (LOG_PROBS, np.float64))
-    expanded: list[Any] = []
+    converted: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for item in output:
+        arrays: dict[str, Any] = {}
+        if isinstance(item, dict):
+            for key in _ID_KEYS:
+                if isinstance(item.get(key), list):
+                    arrays[key] = _id_array(np, item[key], key)
+            if isinstance(item.get(LOG_PROBS), list):
+                _refuse_strangers(item[LOG_PROBS], LOG_PROBS, _NUMBERS, "log probs are numbers")
+                arrays[LOG_PROBS] = np.array(item[LOG_PROBS], dtype=np.float64)
+        converted.append((item, arrays))
+    base = None if context is None else _id_array(np, context, "context_token_ids")
+    id_arrays = [a[key] for _, a in converted for key in _ID_KEYS if key in a]
+    if base is not None:
+        id_arrays.append(base)
+    if any(array.dtype == np.uint64 for array in id_arrays):
+        for _, arrays in converted:
+            for key in _ID_KEYS:
+                if key in arrays:
+                    arrays[key] = arrays[key].astype(np.uint64, copy=False)
+        base = None if base is None else base.astype(np.uint64, copy=False)
+    if base is not None:
+        base.flags.writeable = False  # shared by every prompt: no in-place edits
+    expanded: list[Any] = []
+    for item, arrays in converted:
         if isinstance(item, dict):
             prompt = _compact_prompt(item, base)
-            arrays = {
-                key: array(item[key], dtype, key)
-                for key, dtype in kinds
-                if isinstance(item.get(key), list)
-            }
             if prompt is not None:
                 arrays[PROMPT] = prompt
             if arrays:

@@ -1,6 +1,8 @@
 """Errors raised by the client package.
 
     FinalizerError
+    ├── MalformedAnswerError        a 2xx answer that breaks the protocol (e.g. a token id that
+    │                                  is not an integer in [0, 2**64)): never coerced
     ├── APIConnectionError          the request did not get an HTTP answer
     │   └── APITimeoutError         ... because it timed out (a try's whole exchange, or the call)
     ├── InvalidAnswerError          an answer the client refuses to read: it does not decode,
@@ -46,6 +48,7 @@ __all__ = [
     "InvalidAnswerError",
     "InvalidLedgerRequestError",
     "LedgerConflictError",
+    "MalformedAnswerError",
     "MaskFractionExceeded",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -66,6 +69,14 @@ def shorten(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 class FinalizerError(Exception):
     """Base class of every error this package raises."""
+
+
+class MalformedAnswerError(FinalizerError):
+    """The service answered something the protocol does not allow; nothing of it is used.
+
+    Raised instead of repairing the answer: a token id given as 1.7, "12" or
+    true is never turned into 1, 12 or 1 on its way to a trainer.
+    """
 
 
 class APIConnectionError(FinalizerError):

@@ -7,6 +7,7 @@ might reasonably want to change.
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 # Configuration files: deepest nesting and most values (aliases expanded) accepted.
@@ -91,6 +92,12 @@ STREAM_CHUNK_BYTES = 1024 * 1024
 # Builds of snapshots with at least this many tokens run in a worker thread so
 # the event loop keeps serving other requests meanwhile.
 BUILD_IN_THREAD_MIN_TOKENS = 200_000
+# A build's token digests (each call's cumulative sequence: ~640 MB of SHA-256
+# for a 400-call, 400k-token rollout) are hashed by this many threads once a
+# batch holds at least the second size; hashlib releases the GIL while it
+# hashes a large buffer. More threads than cores gain nothing.
+DIGEST_THREADS = min(4, os.cpu_count() or 1)
+DIGEST_PARALLEL_MIN_BYTES = 4 * 1024 * 1024
 
 # ---------------------------------------------------------------------------
 # Finalizer HTTP service (token_finalizer.api)
@@ -149,14 +156,36 @@ HTTP_MAX_ANSWER_BYTES = 1024 * 1024 * 1024
 # A state replacement lives for milliseconds: a temporary state file (or a lone
 # lock file) this old was left by a killed writer and is removed by a sweep.
 FILE_STALE_AGE_S = 60.0
-# The redis store (sources/redis): connection errors and timeouts are retried
-# this often by the client (every script is safe to repeat), with jittered
-# backoff between these bounds; a connect waits at most the cap (or the
-# source's timeout_s, when smaller).
-REDIS_RETRIES = 3
-REDIS_RETRY_BASE_S = 0.05
-REDIS_RETRY_CAP_S = 1.0
+# Redis (the redis store, the shared guard; sources/redis/_retrying.py): every
+# failure that may pass (a lost connection, MOVED/ASK/TRYAGAIN during a slot
+# move, a cluster down during a failover) is retried until the operation's
+# deadline (the source's timeout_s), waiting between tries with jittered
+# exponential backoff between these bounds; redis-py's own retries are off.
+# A connect waits at most the cap (or the deadline, when shorter).
+REDIS_RETRY_BASE_S = 0.02
+REDIS_RETRY_CAP_S = 0.25
 REDIS_CONNECT_TIMEOUT_CAP_S = 5.0
+# A client replaced after it failed in a way that says its own state is broken
+# is closed this much later, once the calls still running on it are over.
+REDIS_REPLACED_CLIENT_CLOSE_S = 10.0
+# ... and replaced at most this often, so that an outage (when every client
+# fails) does not pile up clients waiting to be closed.
+REDIS_REPLACE_MIN_INTERVAL_S = 1.0
+# Health pings (/ready, the store server's /health): each node gets this long,
+# the whole probe (every primary of a cluster, a topology refresh, a second
+# round) at most the second; both under STORE_HEALTH_TIMEOUT_S.
+REDIS_PING_NODE_TIMEOUT_S = 0.5
+REDIS_PING_TIMEOUT_S = 1.2
+# With min_replicas_acked, WAIT follows every state change on its connection,
+# after a write of this short-lived marker key under the rollout's hash tag:
+# WAIT counts the connection's own writes, and a repeated call that changes
+# nothing (the retry of a put that was applied) must still wait for the first.
+REDIS_SYNC_MARK_TTL_MS = 1000
+# `store serve --redis-timeout`: each store operation's deadline, retries included.
+DEFAULT_STORE_REDIS_TIMEOUT_S = 5.0
+# Seconds a store server's 503 asks writers to wait: it has already retried for
+# its own deadline, and a Redis failover is over within a few seconds.
+STORE_RETRY_AFTER_S = 1
 # Keys asked for per SCAN round when listing rollouts.
 REDIS_SCAN_COUNT = 1000
 # A put whose stored payload kept changing under it (only an admin delete can
@@ -182,6 +211,21 @@ STORE_ENCODE_IN_THREAD_MIN_TOKENS = 200_000
 # ... and answers spliced from stored lines of at least this many bytes are
 # assembled and compressed there too.
 STORE_ENCODE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# A redis put validates and serializes an entry of fewer tokens than this on the
+# event loop: a worker-thread hop costs more than the work for a delta prompt.
+STORE_PREPARE_IN_THREAD_MIN_TOKENS = 8192
+
+# The lineage index (docs/store-protocol.md#lineage-index). Cumulative token ids
+# of answered calls are cached per store, least recently used first out, up to
+# this many tokens in all (8 bytes each at most): the next call of a rollout
+# usually continues the last answer and appends only its own delta.
+LINEAGE_CACHE_MAX_TOKENS = 8_000_000
+# A file store keeps the index of this many rollouts in memory (the least
+# recently resolved is dropped, and rebuilt from its file if asked again).
+LINEAGE_INDEX_MAX_ROLLOUTS = 2048
+# A redis resolve names at most this many of the rollout's cached chains to its
+# script, which stops walking a delta chain at any of them.
+LINEAGE_REDIS_CACHED_STOPS = 32
 
 # glibc mmap threshold pinned by long-running commands (see _memory.py): blocks
 # at least this large are mmapped and go back to the OS as soon as they are freed.

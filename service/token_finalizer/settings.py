@@ -40,7 +40,7 @@ from token_finalizer._constants import (
     MAX_SETTING_SECONDS,
     MIN_RETIRE_KEY_BYTES,
 )
-from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
+from token_finalizer.core.store_urls import check_key_prefix, check_redis_seeds, check_redis_url
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -48,6 +48,7 @@ __all__ = [
     "ConfigError",
     "GuardSettings",
     "LimitsSettings",
+    "RedisSettings",
     "Settings",
     "SourceSettings",
     "TokenIdCaptureSettings",
@@ -99,6 +100,36 @@ class TokenIdCaptureSettings(_Strict):
         return isinstance(name, str) and name in self.agents
 
 
+def _redis_urls(url: str | None, urls: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The one URL, or the seed list, of a redis connection (exactly one of them given)."""
+    if url is not None and urls is not None:
+        raise ValueError("give `url` or `urls` (a cluster's seed nodes), not both")
+    if urls is not None:
+        if not urls:
+            raise ValueError("`urls` is empty; name at least one seed node")
+        return urls
+    return (check_redis_url(url),)
+
+
+class RedisSettings(_Strict):
+    """How the guard reaches its Redis: one server, or a Redis Cluster from its seeds."""
+
+    url: str | None = None
+    urls: tuple[str, ...] | None = None
+    cluster: bool = False
+    min_replicas_acked: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _reachable(self) -> RedisSettings:
+        check_redis_seeds(_redis_urls(self.url, self.urls), cluster=self.cluster)
+        return self
+
+    @property
+    def seeds(self) -> tuple[str, ...]:
+        """The URL, or the seed nodes."""
+        return _redis_urls(self.url, self.urls)
+
+
 class SourceSettings(_Strict):
     kind: Literal["file", "http", "memory", "redis"]
     dir: str | None = None
@@ -108,6 +139,11 @@ class SourceSettings(_Strict):
     # redis only: prefix of every key, and how long retired tombstones and
     # never-frozen captures nobody writes to are kept (null: forever).
     key_prefix: str | None = None
+    # redis only: a Redis Cluster reached through `url` or the seed nodes `urls`,
+    # and replicas every state change waits for (docs/configuration.md#sources).
+    urls: tuple[str, ...] | None = None
+    cluster: bool = False
+    min_replicas_acked: int = Field(default=0, ge=0)
     retired_ttl_s: float | None = Field(default=DEFAULT_RETIRED_TTL_S, gt=0, le=MAX_SETTING_SECONDS)
     abandoned_ttl_s: float | None = Field(default=None, gt=0, le=MAX_SETTING_SECONDS)
     # A store that cannot be reached: answer 503 so the harness retries (nothing
@@ -124,11 +160,13 @@ class SourceSettings(_Strict):
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError(f"url {self.url!r} must start with http:// or https://")
         if self.kind == "redis":
-            check_redis_url(self.url)
+            check_redis_seeds(_redis_urls(self.url, self.urls), cluster=self.cluster)
             if self.key_prefix is not None:
                 check_key_prefix(self.key_prefix)
             if self.token is not None:
                 raise ValueError("a redis source takes no `token`; put credentials in `url`")
+        elif self.urls is not None or self.cluster or self.min_replicas_acked:
+            raise ValueError("`urls`, `cluster` and `min_replicas_acked` are for redis sources")
         if self.token == "":
             raise ValueError("`token` is empty; leave it out for no token")
         return self
@@ -141,7 +179,9 @@ class SourceSettings(_Strict):
             return {"url": self.url, "token": self.token, "timeout_s": self.timeout_s}
         if self.kind == "redis":
             return {
-                "url": self.url,
+                "urls": _redis_urls(self.url, self.urls),
+                "cluster": self.cluster,
+                "min_replicas_acked": self.min_replicas_acked,
                 "key_prefix": self.key_prefix,
                 "timeout_s": self.timeout_s,
                 "retired_ttl_s": self.retired_ttl_s,
@@ -186,21 +226,23 @@ class RetireSettings(_Strict):
 
 
 class GuardSettings(_Strict):
-    # Where the per-run mask-fraction counts live: a Redis URL shares them between
-    # every worker and replica; null keeps them in each process
-    # (docs/configuration.md#guard).
-    redis: str | None = None
+    # Where the per-run mask-fraction counts live: a Redis URL (or a mapping: url
+    # or urls, cluster, min_replicas_acked) shares them between every worker and
+    # replica; null keeps them in each process (docs/configuration.md#guard).
+    redis: RedisSettings | None = None
     # Prefix of the guard's keys (one hash per run: `<prefix>run:<run id>`).
     key_prefix: str = DEFAULT_GUARD_KEY_PREFIX
     # A run's counts expire this long after its last counted finalize (sliding).
     run_ttl_s: float = Field(default=DEFAULT_GUARD_RUN_TTL_S, gt=0, le=MAX_SETTING_SECONDS)
-    # Per Redis command; past it the finalize goes on unguarded (fail open).
+    # Each Redis operation's deadline, retries included; past it the finalize goes on
+    # unguarded (fail open).
     timeout_s: float = Field(default=DEFAULT_GUARD_TIMEOUT_S, gt=0, le=MAX_SETTING_SECONDS)
 
-    @field_validator("redis")
+    @field_validator("redis", mode="before")
     @classmethod
-    def _redis_url(cls, url: str | None) -> str | None:
-        return None if url is None else check_redis_url(url)
+    def _redis_url(cls, redis: Any) -> Any:
+        # The short form: `guard.redis: redis://host:6379/0`.
+        return {"url": redis} if isinstance(redis, str) else redis
 
     @field_validator("key_prefix")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench._hotpath_driver import SideSamples
-from bench._hotpath_report import Row, growth_table, main_tables, profile_summary
+from bench._hotpath_report import Row, goal_summary, growth_table, main_tables, profile_summary
 
 
 def _row(side: str, baseline: bool, scale: float) -> Row:
@@ -32,6 +32,23 @@ def test_growth_table_brackets_the_ratio() -> None:
     """Growth rows carry each figure with its ratio to the baseline of the same length."""
     lines = growth_table([_row("gym stand-in", True, 2.0), _row("ours dir", False, 6.0)])
     assert lines[-1].split()[4:] == ["6.0", "(3.0x)"] * 4
+
+
+def test_goal_summary_says_which_goal_is_met() -> None:
+    """A side 3x the baseline misses the 2x goals; its 6 ms alone misses the 3 ms goal."""
+    (_, line) = goal_summary([_row("gym stand-in", True, 2.0), _row("ours dir", False, 6.0)], [])
+    assert "capture p99 3.0x (NOT met)" in line and "alone p50 6.0 ms (NOT met)" in line
+
+
+def test_goal_summary_lists_the_growth_ratios_by_length() -> None:
+    """Growth rows give one ratio per rollout length, shortest first."""
+    rows = [
+        Row("delta", "gym stand-in", 10, _row("", True, 2.0).samples, baseline=True),
+        Row("delta", "ours dir", 10, _row("", False, 4.0).samples),
+        Row("delta", "gym stand-in", 50, _row("", True, 2.0).samples, baseline=True),
+        Row("delta", "ours dir", 50, _row("", False, 2.0).samples),
+    ]
+    assert goal_summary([], rows)[-1].endswith("capture p50 ratio by length: 10: 2.0x, 50: 1.0x")
 
 
 def test_profile_summary_ranks_innermost_frames_by_share(tmp_path: Path) -> None:

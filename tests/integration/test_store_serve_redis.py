@@ -153,7 +153,8 @@ def test_unreachable_redis_exits_2_without_the_password() -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert "redis store redis://127.0.0.1:" in result.stderr
+    assert "the store redis://127.0.0.1:" in result.stderr
+    assert "redis node 127.0.0.1:" in result.stderr
     assert PASSWORD not in result.stderr + result.stdout
 
 

@@ -81,7 +81,9 @@ async def _outcome(guard: RunGuard, run_id: str, build: Build) -> int:
 
 
 def _shared(url: str, prefix: str, **options: Any) -> RedisMaskFractionGuard:
-    options = {"max_mask_fraction": 0.5, "min_samples": 4, **options}
+    # timeout_s bounds each whole operation (retries, connecting, loading the script):
+    # generous here, where a burst of first calls opens many connections at once.
+    options = {"max_mask_fraction": 0.5, "min_samples": 4, "timeout_s": 5.0, **options}
     return RedisMaskFractionGuard(url, key_prefix=prefix, **options)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from token_finalizer.core.codec import Piece, encode_json
+from token_finalizer.core.token_ids import same_ids
 
 __all__ = ["SPLICE_MARK", "Piece", "finalize_answer_pieces", "output_pieces"]
 
@@ -52,7 +53,7 @@ def _prefix_texts(prompts: list[np.ndarray]) -> list[list[Piece]] | None:
     for prompt in prompts:
         # The projection guarantees this; it is checked anyway because a wrong
         # cut would deliver wrong tokens, silently.
-        if not np.array_equal(prompt, longest[: len(prompt)]):
+        if not same_ids(prompt, longest[: len(prompt)]):
             return None
     text = encode_json(longest)
     commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)

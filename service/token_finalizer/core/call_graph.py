@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from token_finalizer.core.digest_batch import DigestBatch
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.lineage_fields import RESOLVED, ROOT, UNRESOLVED
 from token_finalizer.core.prefix_index import PrefixIndex, extends
@@ -99,6 +100,30 @@ class _DigestCache:
     def __init__(self, known: dict[str, str]) -> None:
         self._known = dict(known)
 
+    def prefetch(self, calls: Sequence[Call]) -> None:
+        """Hash, as one batch, every digest the lineage rule will compare (see `_verified`).
+
+        That is the cumulative digest of each call that a later call names as
+        its parent, when the parent recorded a digest to compare it with. The
+        batch hashes from shared buffers and across threads.
+        """
+        by_id = {call.call_id: call for call in calls}
+        wanted: dict[str, Call] = {}
+        for call in calls:
+            parent = by_id.get(call.entry.lineage.parent_call_id or "")
+            if (
+                parent is not None
+                and parent.order < call.order
+                and parent.entry.digest
+                and parent.call_id not in self._known
+            ):
+                wanted[parent.call_id] = parent
+        batch = DigestBatch()
+        queued = {call_id: batch.add(p.prompt, p.generation) for call_id, p in wanted.items()}
+        digests = batch.run()
+        for call_id, index in queued.items():
+            self._known[call_id] = digests[index]
+
     def of(self, call: Call) -> str:
         digest = self._known.get(call.call_id)
         if digest is None:
@@ -111,18 +136,19 @@ def _verified(prompt: Ids, parent: Call, digests: _DigestCache) -> bool:
     """Whether `parent`'s recorded (cum_len, digest) is a prefix of `prompt`.
 
     The common case (the prompt really extends the parent's tokens) is decided
-    by comparing arrays and the parent's own digest once; only a prompt that
-    differs from the parent's tokens is hashed.
+    by comparing arrays and the parent's own digest once (nothing to hash when
+    the parent recorded no digest: its tokens are the prefix); only a prompt
+    that differs from the parent's tokens is hashed.
     """
     length = parent.entry.cum_len
     if length is None:
         length = parent.cumulative_length
     if length > len(prompt):
         return False
-    expected = parent.entry.digest or digests.of(parent)
+    recorded = parent.entry.digest
     if length == parent.cumulative_length and extends(prompt, parent, length):
-        return expected == digests.of(parent)
-    return token_digest(prompt[:length]) == expected
+        return not recorded or recorded == digests.of(parent)
+    return token_digest(prompt[:length]) == (recorded or digests.of(parent))
 
 
 def link_by_lineage(
@@ -131,6 +157,7 @@ def link_by_lineage(
     """Lineage rule: verify each recorded parent; recover a missing one by unique prefix."""
     by_id = {call.call_id: call for call in calls}
     digests = _DigestCache(known_digests)
+    digests.prefetch(calls)
     processed: PrefixIndex[Call] = PrefixIndex()
     seen: set[str] = set()
     for call in calls:

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import orjson
 import zstandard
 
 from token_finalizer._constants import ZSTD_LEVEL, ZSTD_STREAM_INPUT_BYTES, ZSTD_WINDOW_LOG
+from token_finalizer.core.token_ids import NARROW, WIDE, narrowest
 
 __all__ = [
     "CodecError",
@@ -44,8 +46,10 @@ __all__ = [
 # is spliced into the body without being copied out first.
 Piece = bytes | memoryview
 
-_INT32_MAX = int(np.iinfo(np.int32).max)
-_EMPTY_IDS = np.empty(0, dtype=np.int32)
+# numpy's text parser saturates an id of 2**64 or more to this value: seeing it
+# sends the text to the exact parse, which reports the id.
+_SATURATED = int(np.iinfo(np.uint64).max)
+_EMPTY_IDS = np.empty(0, dtype=NARROW)
 _ID_BYTES = b"0123456789,"
 _PROMPT_KEY = b'"prompt_token_ids":['
 _LIFTED_KEYS = (_PROMPT_KEY, b'"generation_token_ids":[')
@@ -122,18 +126,22 @@ def dumps_entry_line(data: Mapping[str, Any]) -> bytes:
 
 
 def ids_from_text(segment: bytes) -> np.ndarray | None:
-    """Parse `1,2,3` straight into int32 without Python ints; None when unsure."""
+    """Parse `1,2,3` straight into ids without Python ints; None when unsure.
+
+    The array follows the core's dtype rule (core/token_ids.py): int32 when
+    every id fits, else uint64 (the whole valid range [0, 2**64)).
+    """
     if not segment:
         return _EMPTY_IDS
     if segment.translate(None, _ID_BYTES):  # signs, dots, spaces...: leave it to the slow path
         return None
     try:
-        ids = np.fromstring(segment, dtype=np.int64, sep=",")
+        ids = np.fromstring(segment, dtype=np.uint64, sep=",")
     except ValueError:
         return None
-    if len(ids) != segment.count(b",") + 1 or int(ids.max()) > _INT32_MAX:
-        return None  # an empty element or an overflowing id: let the slow path report it
-    return ids.astype(np.int32)
+    if len(ids) != segment.count(b",") + 1 or int(ids.max()) == _SATURATED:
+        return None  # an empty element or a maybe overflowing id: the slow path reports it
+    return narrowest(ids)
 
 
 def _restore(data: Any, arrays: list[np.ndarray]) -> bool:
@@ -179,44 +187,83 @@ class PromptReuse:
     __slots__ = ("_buffer", "_length", "_text")
 
     def __init__(self) -> None:
-        self._text = b""
+        self._text: bytes | memoryview = b""
         self._buffer = _EMPTY_IDS
         self._length = 0
 
     def parse(self, segment: bytes) -> np.ndarray | None:
         """The ids of one prompt's text (`1,2,3`); None when the text is not plain ids."""
+        return self.parse_at(segment, 0, len(segment))
+
+    def parse_at(self, content: bytes, begin: int, end: int) -> np.ndarray | None:
+        """`parse(content[begin:end])` without copying the text out of `content`.
+
+        A prompt's text is compared with the previous one in place, so a
+        capture's lines are never copied per prompt (each repeats the whole
+        context before it).
+        """
         previous = self._text
-        if (
-            previous
-            and len(segment) > len(previous)
-            and segment[len(previous)] == _COMMA_BYTE
-            and segment.startswith(previous)
-        ):
-            tail = ids_from_text(segment[len(previous) + 1 :])
-            if tail is None:
-                return None
-            self._append(tail)
-        elif previous and segment == previous:
-            pass
+        known = len(previous)
+        if previous and content.startswith(previous, begin, end):
+            if end - begin == known:
+                pass  # the same prompt again
+            elif content[begin + known] == _COMMA_BYTE:
+                tail = ids_from_text(content[begin + known + 1 : end])
+                if tail is None:
+                    return None
+                self._append(tail)
+            else:
+                return self._restart(content[begin:end], content, begin, end)
         else:
-            ids = ids_from_text(segment)
-            if ids is None:
-                return None
-            self._buffer, self._length = _EMPTY_IDS, 0
-            self._append(ids)
-        self._text = segment
+            return self._restart(content[begin:end], content, begin, end)
+        self._text = memoryview(content)[begin:end]
+        return self._view()
+
+    def _restart(self, segment: bytes, content: bytes, begin: int, end: int) -> np.ndarray | None:
+        """A prompt that does not extend the previous one: a new buffer of its own."""
+        ids = ids_from_text(segment)
+        if ids is None:
+            return None
+        self._buffer, self._length = _EMPTY_IDS, 0
+        self._append(ids)
+        self._text = memoryview(content)[begin:end]
+        return self._view()
+
+    def _view(self) -> np.ndarray:
         view = self._buffer[: self._length]
         view.flags.writeable = False
         return view
 
     def _append(self, ids: np.ndarray) -> None:
         end = self._length + len(ids)
-        if end > len(self._buffer):
-            grown = np.empty(max(end, 2 * len(self._buffer), 1024), dtype=np.int32)
+        # An id of 2**31 or more widens the buffer to uint64 (never a mix of dtypes
+        # in one buffer: numpy would turn int32 + uint64 into floats).
+        dtype = WIDE if WIDE in (ids.dtype, self._buffer.dtype) else NARROW
+        if end > len(self._buffer) or dtype != self._buffer.dtype:
+            grown = np.empty(max(end, 2 * len(self._buffer), 1024), dtype=dtype)
             grown[: self._length] = self._buffer[: self._length]
             self._buffer = grown  # views handed out earlier keep the old buffer alive
         self._buffer[self._length : end] = ids
         self._length = end
+
+
+def _key_positions(content: bytes) -> list[tuple[int, bytes]]:
+    """Where each token key occurs, in text order.
+
+    Keys start with a quote, and token arrays hold none: hopping from quote
+    to quote (memchr speed) skips each long array in one step. A plain
+    `find` of the key would not: its digits defeat the substring search's
+    skip table, and it crawls through every array byte by byte.
+    """
+    positions = []
+    at = content.find(b'"')
+    while at >= 0:
+        for key in _LIFTED_KEYS:
+            if content.startswith(key, at):
+                positions.append((at, key))
+                break
+        at = content.find(b'"', at + 1)
+    return positions
 
 
 def loads_with_token_arrays(content: bytes, *, prompts: PromptReuse | None = None) -> Any:
@@ -227,36 +274,36 @@ def loads_with_token_arrays(content: bytes, *, prompts: PromptReuse | None = Non
     """
     pieces: list[bytes] = []
     arrays: list[np.ndarray] = []
+    # A token array left to the ordinary parse may hold an id orjson cannot
+    # keep exact (2**64 or more): then that parse is the exact one.
+    loads: Callable[[bytes], Any] = loads_json
     cursor = 0
-    next_at = {key: content.find(key) for key in _LIFTED_KEYS}
-    while True:
-        found = [(at, key) for key, at in next_at.items() if at >= 0]
-        if not found:
-            break
-        start, key = min(found)
+    for start, key in _key_positions(content):
         begin = start + len(key)
+        if begin <= cursor:
+            continue
         end = content.find(b"]", begin)
         if end < 0:
             ids = None
         elif prompts is not None and key == _PROMPT_KEY:
-            ids = prompts.parse(content[begin:end])
+            ids = prompts.parse_at(content, begin, end)
         else:
             ids = ids_from_text(content[begin:end])
         if ids is None:  # not a plain list of ids: the ordinary parse handles it
-            next_at[key] = content.find(key, begin)
+            loads = _loads_exact_allowing_non_finite
             continue
         pieces += (content[cursor : begin - 1], orjson.dumps(f"{_PLACEHOLDER}{len(arrays)}"))
         arrays.append(ids)
         cursor = end + 1
-        next_at = {
-            k: at if at < 0 or at >= cursor else content.find(k, cursor)
-            for k, at in next_at.items()
-        }
     if not arrays:
-        return loads_json(content)
+        return _loads_exact_allowing_non_finite(content)
     pieces.append(content[cursor:])
-    data = loads_json(b"".join(pieces))
-    return data if _restore(data, arrays) else loads_json(content)
+    data = loads(b"".join(pieces))
+    return data if _restore(data, arrays) else loads(content)
+
+
+def _loads_exact_allowing_non_finite(data: bytes) -> Any:
+    return loads_exact_json(data, allow_non_finite=True)
 
 
 def zstd_compress(pieces: Sequence[Piece]) -> bytes:
@@ -366,30 +413,40 @@ def json_depth(data: bytes | bytearray) -> int:
 _WIDE_INTEGER_DIGITS = 19
 
 
+def _integer_digits(text: npt.NDArray[np.uint8]) -> npt.NDArray[np.bool_]:
+    """Digits that may belong to an integer: every digit but those of a run right after a '.'.
+
+    The digits after a decimal point are a fraction, never an integer, however
+    many there are: a log probability of -0.000123456789012345678 (Python's
+    repr of a float near zero) must not send a whole body to the slow parse.
+    """
+    digits = (text >= ord("0")) & (text <= ord("9"))
+    starts = digits.copy()
+    starts[1:] &= ~digits[:-1]
+    run_of = np.cumsum(starts)  # each digit's run number (1-based)
+    first = np.flatnonzero(starts)
+    after_point = first[(first > 0) & (text[np.maximum(first - 1, 0)] == ord("."))]
+    if not after_point.size:
+        return digits
+    fraction = np.zeros(len(first) + 1, dtype=bool)
+    fraction[run_of[after_point]] = True
+    return digits & ~fraction[run_of]
+
+
 def has_long_digit_run(data: bytes | bytearray) -> bool:
     """Whether the text holds an integer of 19 or more digits (one orjson may not hold).
 
+    Digit runs right after a decimal point are fractions and do not count.
     Runs are found by doubling: `runs[i]` says whether a run of the current
     length starts at i, and two overlapping runs make a longer one, so five
-    vectorized ANDs answer for length 20 without looking at each number. A
-    run right after a `.` is a fraction's digits, never an integer: a log
-    probability such as -0.00012345678901234567 keeps orjson's speed.
+    vectorized ANDs answer for length 20 without looking at each number.
     """
-    text = np.frombuffer(data, dtype=np.uint8)
-    digits = (text >= ord("0")) & (text <= ord("9"))
-    runs = digits
+    runs = _integer_digits(np.frombuffer(data, dtype=np.uint8))
     for shift in (1, 2, 4, 8):  # lengths 2, 4, 8, 16
         runs = runs[:-shift] & runs[shift:]
         if not runs.any():
             return False
-    starts = np.flatnonzero(runs[:-3] & runs[3:])  # 16 and 16 three apart = 19
-    if not len(starts):
-        return False
-    # What precedes each 19-digit run: another digit (it is inside a longer run,
-    # whose own start is counted) or a `.` (a fraction) rules it out.
-    before = text[np.maximum(starts - 1, 0)]
-    leading = (starts == 0) | ~(digits[np.maximum(starts - 1, 0)] | (before == ord(".")))
-    return bool(leading.any())
+    return bool((runs[:-3] & runs[3:]).any())  # 16 and 16 three apart = 19
 
 
 def _refuse_constant(name: str) -> Any:

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from token_finalizer.core.token_ids import join_ids
+
 __all__ = ["compact_output"]
 
 
@@ -33,7 +35,7 @@ def compact_output(
     if not bearing:
         return None
     last = bearing[-1]
-    context = np.concatenate([last["prompt_token_ids"], last["generation_token_ids"]])
+    context = join_ids([last["prompt_token_ids"], last["generation_token_ids"]])
     compacted = [
         {**item, "prompt_token_ids": len(item["prompt_token_ids"])} if _rebuilt(item) else item
         for item in output

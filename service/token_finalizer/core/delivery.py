@@ -27,7 +27,12 @@ from token_finalizer.core.build import (
     MaskReason,
 )
 from token_finalizer.core.entries import Snapshot
-from token_finalizer.core.errors import InvalidRolloutId, StoreUnreachable, describe_exception
+from token_finalizer.core.errors import (
+    InvalidRolloutId,
+    StoreUnreachable,
+    TokenIdOutOfRange,
+    describe_exception,
+)
 from token_finalizer.core.identity import rollout_id_of
 from token_finalizer.core.protocols import ExtrasSource, TokenSource
 from token_finalizer.core.rebuild import BUILDER_NAME, rebuild_snapshot
@@ -210,12 +215,15 @@ async def _build(
         if unreachable and raise_unreachable:
             raise
         logger.warning("freeze of rollout %s failed: %s", rollout_id, describe_exception(exc))
+        if isinstance(exc, TokenIdOutOfRange):
+            # A stored id outside [0, 2**64): reported as hashing it would be
+            # (docs/records-and-builds.md#token-ids), never delivered.
+            error, reason = f"ValueError: {exc}", MaskReason.INVALID_TOKENS
+        else:
+            error = describe_exception(exc)
+            reason = MaskReason.STORE_UNREACHABLE if unreachable else MaskReason.FREEZE_FAILED
         return Build.failed(
-            rollout_id,
-            describe_exception(exc),
-            mask_reason=MaskReason.STORE_UNREACHABLE if unreachable else MaskReason.FREEZE_FAILED,
-            metrics={"n_calls": 0},
-            builder=BUILDER_NAME,
+            rollout_id, error, mask_reason=reason, metrics={"n_calls": 0}, builder=BUILDER_NAME
         )
     return await _rebuilt(
         snapshot,

@@ -11,14 +11,15 @@ entry order. See docs/records-and-builds.md#l2-delta-materialization.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from token_finalizer.core.digest_batch import DigestBatch
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.tape import Tape
+from token_finalizer.core.token_ids import same_ids
 
 __all__ = ["MAX_DELTA_DEPTH", "Deduplicated", "Materialized", "deduplicate", "materialize"]
 
@@ -45,9 +46,8 @@ class Materialized:
 
 
 def _same_tokens(first: TokenEntry, other: TokenEntry) -> bool:
-    return bool(
-        np.array_equal(first.prompt_token_ids, other.prompt_token_ids)
-        and np.array_equal(first.generation_token_ids, other.generation_token_ids)
+    return same_ids(first.prompt_token_ids, other.prompt_token_ids) and same_ids(
+        first.generation_token_ids, other.generation_token_ids
     )
 
 
@@ -79,6 +79,10 @@ class _Materializer:
         self._done: dict[str, tuple[Tape, int, int] | None] = {}
         # Tapes whose end is some call's cumulative end: a child may append in place.
         self._tape_end_owner: dict[int, str] = {}
+        # Recorded digests are checked all at once at the end (`verify`), hashed
+        # from the tapes without copies and across threads.
+        self._batch = DigestBatch()
+        self._checks: list[tuple[str, int]] = []  # (call id, its index in the batch)
         self.digests: dict[str, str] = {}
 
     def cumulative(self, call_id: str) -> tuple[Tape, int]:
@@ -137,15 +141,46 @@ class _Materializer:
         tape.append(entry.generation_token_ids)
         self._settle(entry, tape, depth=parent_depth + 1)
         if entry.digest:
-            rebuilt = tape.digest(tape.length)
-            if rebuilt != entry.digest:
-                self._done[entry.model_call_id] = None
-                return
-            self.digests[entry.model_call_id] = rebuilt
+            self._checks.append((entry.model_call_id, self._batch.add(tape.view(tape.length))))
 
     def _settle(self, entry: TokenEntry, tape: Tape, *, depth: int) -> None:
         self._done[entry.model_call_id] = (tape, tape.length, depth)
         self._tape_end_owner[id(tape)] = entry.model_call_id
+
+    def verify(self) -> set[str]:
+        """Hash every rebuilt sequence that has a recorded digest; the ids broken by a mismatch.
+
+        A mismatch breaks its own entry and every delta entry rebuilt on top
+        of it (whose walk to the anchor passes through it), as if the walk
+        had stopped there.
+        """
+        rebuilt = self._batch.run()
+        mismatched: set[str] = set()
+        for call_id, index in self._checks:
+            if rebuilt[index] == self._by_id[call_id].digest:
+                self.digests[call_id] = rebuilt[index]
+            else:
+                mismatched.add(call_id)
+        verdict: dict[str, bool] = {}
+        for call_id, done in self._done.items():
+            if done is None:
+                continue
+            path: list[str] = []
+            current = call_id
+            while current not in verdict:
+                entry = self._by_id[current]
+                if current in mismatched or not entry.prompt_is_delta:
+                    verdict[current] = current in mismatched
+                    break
+                path.append(current)
+                assert entry.parent_call_id is not None  # a rebuilt delta entry names its parent
+                current = entry.parent_call_id
+            for passed in path:
+                verdict[passed] = verdict[current]
+        broken = {call_id for call_id, bad in verdict.items() if bad}
+        for call_id in broken:
+            self.digests.pop(call_id, None)
+        return broken
 
 
 def materialize(entries: Sequence[TokenEntry]) -> Materialized:
@@ -153,22 +188,29 @@ def materialize(entries: Sequence[TokenEntry]) -> Materialized:
 
     An entry is broken when its walk meets a missing parent, a cycle, more
     than MAX_DELTA_DEPTH delta entries, or a broken entry, or when its
-    rebuilt cumulative sequence does not match its recorded digest.
+    rebuilt cumulative sequence (or one it was rebuilt on) does not match its
+    recorded digest.
     """
     if not any(entry.prompt_is_delta for entry in entries):
         return Materialized(entries=list(entries), broken=[], cumulative_digests={})
     rebuilder = _Materializer(entries)
+    rebuilt: dict[str, tuple[Tape, int]] = {}
+    for entry in entries:
+        if entry.prompt_is_delta:
+            with contextlib.suppress(_Unreconstructable):
+                rebuilt[entry.model_call_id] = rebuilder.cumulative(entry.model_call_id)
+    mismatched = rebuilder.verify()
     kept: list[TokenEntry] = []
     broken: list[str] = []
     for entry in entries:
         if not entry.prompt_is_delta:
             kept.append(entry)
             continue
-        try:
-            tape, length = rebuilder.cumulative(entry.model_call_id)
-        except _Unreconstructable:
+        found = rebuilt.get(entry.model_call_id)
+        if found is None or entry.model_call_id in mismatched:
             broken.append(entry.model_call_id)
             continue
+        tape, length = found
         prompt = tape.view(length - len(entry.generation_token_ids))
         kept.append(dataclasses.replace(entry, prompt_token_ids=prompt))
     return Materialized(entries=kept, broken=broken, cumulative_digests=rebuilder.digests)

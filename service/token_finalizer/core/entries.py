@@ -8,8 +8,9 @@ Python loop.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,14 +21,22 @@ from token_finalizer._constants import (
     TOKEN_ENTRY_SCHEMA_VERSION,
 )
 from token_finalizer.core.codec import PromptReuse, loads_with_token_arrays
-from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError
+from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError, TokenIdOutOfRange
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_fields import Lineage, parse_lineage
+from token_finalizer.core.token_ids import (
+    WIDE,
+    check_token_id_list,
+    common_dtype,
+    narrowest,
+    token_id_array,
+    widened_together,
+)
 
 if TYPE_CHECKING:
     from token_finalizer.core.staging.stored import StagedCapture
 
-__all__ = ["Snapshot", "TokenEntry"]
+__all__ = ["Snapshot", "TokenEntry", "uniform_token_arrays"]
 
 _KNOWN_FIELDS = frozenset(
     {
@@ -44,32 +53,27 @@ _KNOWN_FIELDS = frozenset(
         "created_at",
     }
 )
-_INT32 = np.iinfo(np.int32)
-_EMPTY_IDS = np.empty(0, dtype=np.int32)
 _EMPTY_LOGPROBS = np.empty(0, dtype=np.float64)
 
 
-def _token_ids(name: str, value: object) -> np.ndarray:
-    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu":
-        if len(value) and int(value.min()) < 0:
-            raise TokenEntryError(f"{name} holds a negative token id ({int(value.min())})")
-        return value
-    if not isinstance(value, list):
+def _token_ids(name: str, value: object, call_id: str, *, parsed: bool) -> np.ndarray:
+    """A token field as an array of the core's dtype (docs/records-and-builds.md#token-ids).
+
+    `parsed`: arrays come from the codec, which makes them from digit text
+    only (non-negative, int32 or uint64): nothing to check again, and a
+    capture's prompts are views of one buffer, so checking each would cost
+    O(calls x context).
+    """
+    if not isinstance(value, list | np.ndarray):
         raise TokenEntryError(f"{name} must be a list of integers, got {type(value).__name__}")
-    if not value:
-        return _EMPTY_IDS
     try:
-        array = np.asarray(value)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise TokenEntryError(f"{name} must be a list of integers: {exc}") from None
-    # numpy reads [true, 2] as [1, 2]: JSON booleans must not pass for token ids.
-    if array.ndim != 1 or array.dtype.kind not in "iu" or bool in map(type, value):
-        raise TokenEntryError(f"{name} must be a flat list of integers")
-    low, high = int(array.min()), int(array.max())
-    if low < 0:
-        raise TokenEntryError(f"{name} holds a negative token id ({low})")
-    # int32 halves the memory of int64; vocabularies never reach 2**31.
-    return array.astype(np.int32) if high <= _INT32.max else array.astype(np.int64)
+        if isinstance(value, np.ndarray):
+            return value if parsed else token_id_array(value)
+        return check_token_id_list(value)
+    except TokenIdOutOfRange as exc:
+        raise TokenIdOutOfRange(f"{exc} (in {name} of model call {call_id})") from None
+    except (TypeError, ValueError, OverflowError):
+        raise TokenEntryError(f"{name} must be a flat list of integers") from None
 
 
 def _log_probs(value: object) -> np.ndarray:
@@ -110,6 +114,11 @@ class TokenEntry:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TokenEntry:
         """Validate a parsed TokenEntry; raise TokenEntryError naming the bad field."""
+        return cls._validated(data, parsed=False)
+
+    @classmethod
+    def _validated(cls, data: Mapping[str, Any], *, parsed: bool) -> TokenEntry:
+        """`from_dict`; `parsed` when its token arrays were made by the codec (`from_json`)."""
         if not isinstance(data, Mapping):
             raise TokenEntryError(f"a TokenEntry must be a JSON object, got {type(data).__name__}")
         schema = data.get("schema_version", TOKEN_ENTRY_SCHEMA_VERSION)
@@ -141,8 +150,10 @@ class TokenEntry:
             model = ""
         if not isinstance(model, str):
             raise TokenEntryError(f"model must be a string, got {type(model).__name__}")
-        prompt = _token_ids("prompt_token_ids", data.get("prompt_token_ids", []))
-        generation = _token_ids("generation_token_ids", data.get("generation_token_ids", []))
+        prompt, generation = (
+            _token_ids(key, data.get(key, []), model_call_id, parsed=parsed)
+            for key in ("prompt_token_ids", "generation_token_ids")
+        )
         log_probs = _log_probs(data.get("generation_log_probs", []))
         if len(log_probs) != len(generation):
             raise TokenEntryError(
@@ -195,7 +206,7 @@ class TokenEntry:
             data = loads_with_token_arrays(line, prompts=prompts)
         except ValueError as exc:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls._validated(data, parsed=True)
 
     def to_dict(self, *, as_lists: bool = True) -> dict[str, Any]:
         """The entry as JSON-ready fields, extra fields included.
@@ -284,3 +295,28 @@ class Snapshot:
     snapshot_id: str
     version: int
     staged: StagedCapture | None = None
+
+
+def uniform_token_arrays(entries: Sequence[TokenEntry]) -> list[TokenEntry]:
+    """The entries with every token array in one dtype: uint64 if any entry needs it.
+
+    A capture parsed line by line gives int32 arrays to calls whose ids fit
+    and uint64 to the others; the builder combines arrays of different calls
+    (prefix checks, shared tapes, the compact context), so it takes them in
+    one dtype (docs/records-and-builds.md#token-ids). Entries already uniform
+    are returned as they are, without a copy.
+    """
+    arrays = [a for e in entries for a in (e.prompt_token_ids, e.generation_token_ids)]
+    dtype = common_dtype(arrays)
+    if all(array.dtype == dtype for array in arrays):
+        return list(entries)
+    if dtype == WIDE:
+        converted = widened_together(arrays)
+    else:  # only empty arrays of another dtype (or a hand-built int64 entry)
+        converted = [narrowest(array) for array in arrays]
+    return [
+        dataclasses.replace(
+            entry, prompt_token_ids=converted[2 * i], generation_token_ids=converted[2 * i + 1]
+        )
+        for i, entry in enumerate(entries)
+    ]

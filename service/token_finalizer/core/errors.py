@@ -3,6 +3,7 @@
     CaptureError                    base of everything below
     ├── InvalidRolloutId            an id that is not a safe store key, or a malformed record id
     ├── TokenEntryError             a TokenEntry that fails validation (or a newer schema_version)
+    │   └── TokenIdOutOfRange       a token id below 0 or of 2**64 or more (`invalid_token_ids`)
     ├── CaptureConflict             a different payload under an existing model_call_id
     ├── CaptureFrozen               a write after the rollout was frozen
     ├── CaptureRetired              a freeze or write after the snapshot was retired
@@ -10,7 +11,9 @@
     ├── StoreFull                   a store out of disk space or quota: the call did not take effect
     └── SourceUnavailable           a remote store that cannot be reached or answers nonsense
         └── StoreUnreachable        no usable answer at all (refused, timed out, 502/503/504):
-                                    nothing changed in the store, so the call may be repeated
+            │                       nothing changed in the store, so the call may be repeated
+            └── StoreNodeUnreachable one server of the store (a Redis node) did not answer;
+                                    `node` names it as `host:port`
 
 The finalize path never lets these escape: they become masked records whose
 `error` is ``"<ExceptionType>: <message>"``. Writers see them raised.
@@ -27,8 +30,10 @@ __all__ = [
     "InvalidRolloutId",
     "SourceUnavailable",
     "StoreFull",
+    "StoreNodeUnreachable",
     "StoreUnreachable",
     "TokenEntryError",
+    "TokenIdOutOfRange",
     "describe_exception",
 ]
 
@@ -48,6 +53,15 @@ class InvalidRolloutId(CaptureError, ValueError):
 
 class TokenEntryError(CaptureError, ValueError):
     """A TokenEntry that does not satisfy the record contract."""
+
+
+class TokenIdOutOfRange(TokenEntryError):
+    """A token id outside [0, 2**64), the range NeMo Gym 0.7 accepts.
+
+    Its own class so that a finalize reading such a capture masks the record
+    as `invalid_token_ids`; the message starts with the words of the token
+    digest's error (docs/records-and-builds.md#token-ids).
+    """
 
 
 class CaptureConflict(CaptureError):
@@ -76,3 +90,17 @@ class SourceUnavailable(CaptureError):
 
 class StoreUnreachable(SourceUnavailable):
     """No usable answer came back: the store was not reached, or said it cannot serve now."""
+
+
+class StoreNodeUnreachable(StoreUnreachable):
+    """One server of a store did not answer (a Redis server, or a primary of a cluster).
+
+    `node` is its `host:port`, so health reports can name the node that is down.
+    """
+
+    def __init__(self, message: str, node: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+    def __reduce__(self) -> tuple[type[StoreNodeUnreachable], tuple[str, str]]:
+        return type(self), (str(self), self.node)

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-import numpy as np
-
 from token_finalizer.core.call_graph import Call
+from token_finalizer.core.token_ids import same_ids
 
 __all__ = ["Forest", "TerminalChain", "arrange"]
 
@@ -64,7 +63,7 @@ def _retry_groups(siblings: list[Call]) -> list[list[Call]]:
         prompt = call.prompt
         key = (len(prompt), int(prompt[-1]) if len(prompt) else -1)
         for group in groups.setdefault(key, []):
-            if np.array_equal(group[0].prompt, prompt):
+            if same_ids(group[0].prompt, prompt):
                 group.append(call)
                 break
         else:

@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from token_finalizer.core.lineage_fields import CallView, lineage_field
 from token_finalizer.core.token_digest import token_digest
+from token_finalizer.core.token_ids import join_ids, same_ids
 from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     FingerprintError,
@@ -35,13 +36,20 @@ from token_finalizer_client.protocol import (
 )
 
 __all__ = [
+    "HEX_DIGEST",
+    "LOOKUP_ERROR",
     "MAX_DELTA_DEPTH",
+    "RESOLVED",
+    "ROOT",
+    "UNRESOLVED",
     "Resolution",
     "ResolutionMatch",
     "ResolutionRequestError",
+    "check_resolution_request",
     "cumulative_token_ids",
     "resolve_items",
     "resolve_lineage",
+    "same_call_payload",
 ]
 
 # More delta entries than this between a call and its full-prompt anchor is
@@ -53,7 +61,10 @@ RESOLVED = "resolved"
 UNRESOLVED = "unresolved"
 LOOKUP_ERROR = "lookup_error"
 
-_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+# What a fingerprint and a context digest look like on the wire (lowercase hex SHA-256).
+HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+_HEX_DIGESTS = re.compile(r"[0-9a-f]*")
+_DIGEST_LENGTH = 64
 
 
 class ResolutionRequestError(ValueError):
@@ -102,7 +113,7 @@ def resolve_lineage(
     context_digests: Sequence[str],
 ) -> Resolution:
     """Resolve a request given in wire form over a rollout's committed entries."""
-    _check_request(fingerprint, fingerprint_version, context_digests)
+    check_resolution_request(fingerprint, fingerprint_version, context_digests)
     if not fingerprint:
         return Resolution(ROOT, "", None)
     try:
@@ -143,10 +154,8 @@ def cumulative_token_ids(
     pieces = [current.prompt_token_ids, current.generation_token_ids]
     for delta in reversed(deltas):
         pieces += [delta.prompt_token_ids, delta.generation_token_ids]
-    # Empty pieces are left out: an empty float array (np.asarray([])) would
-    # otherwise turn the whole sequence into floats.
-    non_empty = [np.asarray(piece) for piece in pieces if len(piece)]
-    return np.concatenate(non_empty) if non_empty else np.empty(0, dtype=np.int64)
+    # Exact whatever the pieces' dtypes (int32 and uint64 would make floats).
+    return join_ids([np.asarray(piece) for piece in pieces])
 
 
 def _resolve(entries: Sequence[CallView], fingerprint: str, digests: Sequence[str]) -> Resolution:
@@ -217,7 +226,7 @@ def _unique_by_call_id(entries: Sequence[CallView]) -> dict[str, CallView]:
     by_call_id: dict[str, CallView] = {}
     for entry in entries:
         first = by_call_id.setdefault(entry.model_call_id, entry)
-        if first is not entry and not _same_payload(first, entry):
+        if first is not entry and not same_call_payload(first, entry):
             raise _BrokenLineage(f"call {entry.model_call_id} holds two different payloads")
     return by_call_id
 
@@ -234,22 +243,31 @@ _LINEAGE_FIELDS = (
 )
 
 
-def _same_payload(first: CallView, repeat: CallView) -> bool:
+def same_call_payload(first: CallView, repeat: CallView) -> bool:
+    """Whether a repeat of a call id holds what its first copy holds (lineage and tokens)."""
     return (
         all(lineage_field(first, name) == lineage_field(repeat, name) for name in _LINEAGE_FIELDS)
-        and np.array_equal(first.prompt_token_ids, repeat.prompt_token_ids)
-        and np.array_equal(first.generation_token_ids, repeat.generation_token_ids)
+        and same_ids(np.asarray(first.prompt_token_ids), np.asarray(repeat.prompt_token_ids))
+        and same_ids(
+            np.asarray(first.generation_token_ids), np.asarray(repeat.generation_token_ids)
+        )
     )
 
 
-def _check_request(fingerprint: str, version: int, digests: Sequence[str]) -> None:
+def check_resolution_request(fingerprint: str, version: int, digests: Sequence[str]) -> None:
+    """ResolutionRequestError unless the request is well formed (its version, its hex digests)."""
     if isinstance(version, bool) or version != FINGERPRINT_VERSION:
         raise ResolutionRequestError(
             f"unsupported fingerprint_version {version!r}, expected {FINGERPRINT_VERSION}"
         )
-    if not isinstance(fingerprint, str) or (fingerprint and not _HEX_DIGEST.fullmatch(fingerprint)):
+    if not isinstance(fingerprint, str) or (fingerprint and not HEX_DIGEST.fullmatch(fingerprint)):
         raise ResolutionRequestError('fingerprint must be "" or 64 lowercase hex digits')
     if isinstance(digests, str | bytes) or not digests:
         raise ResolutionRequestError("context_digests must be a non-empty list")
-    if not all(isinstance(digest, str) and _HEX_DIGEST.fullmatch(digest) for digest in digests):
+    # One match over all digests at once: a request carries one per prefix of its items.
+    if not all(isinstance(digest, str) for digest in digests) or not _HEX_DIGESTS.fullmatch(
+        "".join(digests)
+    ):
+        raise ResolutionRequestError("every context digest must be 64 lowercase hex digits")
+    if any(len(digest) != _DIGEST_LENGTH for digest in digests):
         raise ResolutionRequestError("every context digest must be 64 lowercase hex digits")

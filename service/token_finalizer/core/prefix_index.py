@@ -17,6 +17,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from token_finalizer.core.token_ids import same_ids
+
 __all__ = ["Candidate", "PrefixIndex"]
 
 Ids = npt.NDArray[np.integer[Any]]
@@ -38,9 +40,8 @@ C = TypeVar("C", bound=Candidate)
 def extends(prompt: Ids, candidate: Candidate, length: int) -> bool:
     """Whether `candidate`'s cumulative sequence (prompt + generation) equals prompt[:length]."""
     split = len(candidate.prompt)
-    return bool(
-        np.array_equal(prompt[split:length], candidate.generation)
-        and np.array_equal(prompt[:split], candidate.prompt)
+    return same_ids(prompt[split:length], candidate.generation) and same_ids(
+        prompt[:split], candidate.prompt
     )
 
 

@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from token_finalizer.core.build import BuildFailed, MaskReason
 from token_finalizer.core.call_graph import Call
+from token_finalizer.core.token_ids import same_ids
 
 __all__ = [
     "NOT_CONTIGUOUS_ERROR",
@@ -44,8 +45,8 @@ def _extends(prompt: Ids, seen: tuple[Ids, Ids]) -> bool:
     end = split + len(previous_generation)
     return (
         len(prompt) >= end
-        and np.array_equal(prompt[:split], previous_prompt)
-        and np.array_equal(prompt[split:end], previous_generation)
+        and same_ids(prompt[:split], previous_prompt)
+        and same_ids(prompt[split:end], previous_generation)
     )
 
 

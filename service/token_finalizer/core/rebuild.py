@@ -23,7 +23,8 @@ from token_finalizer.core.call_graph import (
     processing_order,
 )
 from token_finalizer.core.delta import deduplicate, materialize
-from token_finalizer.core.entries import Snapshot, TokenEntry
+from token_finalizer.core.entries import Snapshot, TokenEntry, uniform_token_arrays
+from token_finalizer.core.errors import TokenIdOutOfRange
 from token_finalizer.core.forest import Forest, TerminalChain, arrange
 from token_finalizer.core.projection import NO_CHAIN_ERROR, project_response
 from token_finalizer.core.terminal import (
@@ -81,8 +82,10 @@ class _Linked:
     generated_tokens_captured: int
 
 
-def _link(entries: Sequence[TokenEntry]) -> _Linked:
+def _link(snapshot_entries: Sequence[TokenEntry]) -> _Linked:
     report = LinkReport()
+    # One dtype for every token array of the build: arrays of different calls meet.
+    entries = uniform_token_arrays(snapshot_entries)
     if is_lineage_snapshot(entries):
         deduplicated = deduplicate(entries)
         for call_id in deduplicated.conflicts:
@@ -222,7 +225,7 @@ def rebuild_snapshot(
         response = project_response(forest.main_chain, rollout_id=snapshot.rollout_id, model=model)
     except BuildFailed as exc:
         return _failed(snapshot, exc, attribution, status)
-    except InvalidTokenIds as exc:  # a token id the digest cannot encode
+    except (InvalidTokenIds, TokenIdOutOfRange) as exc:  # an id outside [0, 2**64)
         failure = BuildFailed(f"ValueError: {exc}", reason=MaskReason.INVALID_TOKENS)
         return _failed(snapshot, failure, attribution, status)
     except ValueError as exc:

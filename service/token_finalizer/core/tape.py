@@ -4,69 +4,59 @@ A delta-encoded rollout stores each call's prompt as the suffix after its
 parent. Rebuilding every full prompt as its own array would cost
 O(calls x context) memory; instead, a run of calls that extend each other
 appends to one buffer, and each call's full sequence is a view of its
-prefix. The big-endian form the token digest hashes is kept alongside, so a
-prefix digest hashes a slice of it without any conversion.
-See docs/records-and-builds.md#l2-delta-materialization.
+prefix. Digests of those views are hashed from one big-endian conversion of
+the buffer (core/digest_batch.py). See docs/records-and-builds.md#l2-delta-materialization.
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from token_finalizer.core.token_digest import (
-    EMPTY_TOKEN_DIGEST,
-    TOKEN_DIGEST_VERSION,
-    InvalidTokenIds,
-)
+from token_finalizer.core.token_digest import InvalidTokenIds
+from token_finalizer.core.token_ids import NARROW, WIDE, out_of_range_message
 
 __all__ = ["Tape"]
 
-_DOMAIN = b"nemo-gym-tokens"
 _MIN_CAPACITY = 1024
-_INT64_MAX = 2**63 - 1
 
 Ids = npt.NDArray[np.integer[Any]]
 
 
 class Tape:
-    """An append-only token buffer; `view(n)` is the first n tokens, zero copy."""
+    """An append-only token buffer; `view(n)` is the first n tokens, zero copy.
 
-    __slots__ = ("_big_endian", "_ids", "length")
+    The buffer follows the core's dtype rule (core/token_ids.py): int32 until
+    an id needs uint64, then uint64 from there on.
+    """
+
+    __slots__ = ("_ids", "length")
 
     def __init__(self, first: Ids) -> None:
-        capacity = max(_MIN_CAPACITY, 2 * len(first))
-        self._ids = np.empty(capacity, dtype=np.int64)
-        self._big_endian = np.empty(capacity, dtype=">u8")
+        self._ids: Ids = np.empty(max(_MIN_CAPACITY, 2 * len(first)), dtype=NARROW)
         self.length = 0
         self.append(first)
 
     def append(self, ids: Ids) -> None:
-        """Add `ids` at the end, growing the buffers geometrically.
+        """Add `ids` (non-negative) at the end, growing geometrically.
 
         Views handed out before a growth keep the old buffer alive and stay
         valid: the tokens they show never change.
         """
         end = self.length + len(ids)
-        if end > len(self._ids):
-            capacity = max(end, 2 * len(self._ids))
-            grown = np.empty(capacity, dtype=np.int64)
+        dtype = self._ids.dtype
+        if len(ids) and ids.dtype != NARROW:
+            # Anything but int32 goes into uint64, which holds every valid id exactly.
+            if ids.dtype.kind == "i" and int(ids.min()) < 0:
+                raise InvalidTokenIds(out_of_range_message(int(ids.min())))
+            dtype = WIDE
+        if end > len(self._ids) or dtype != self._ids.dtype:
+            grown = np.empty(max(end, 2 * len(self._ids)), dtype=dtype)
             grown[: self.length] = self._ids[: self.length]
-            grown_be = np.empty(capacity, dtype=">u8")
-            grown_be[: self.length] = self._big_endian[: self.length]
-            self._ids, self._big_endian = grown, grown_be
-        if len(ids):
-            low, high = int(ids.min()), int(ids.max())
-            if low < 0:
-                raise InvalidTokenIds(f"token ids must be non-negative, got {low}")
-            if high > _INT64_MAX:  # only uint64 input gets here; int64 would wrap it
-                raise InvalidTokenIds(f"token ids of a delta chain must be below 2**63, got {high}")
+            self._ids = grown
         self._ids[self.length : end] = ids
-        self._big_endian[self.length : end] = ids
         self.length = end
 
     def view(self, length: int) -> Ids:
@@ -74,12 +64,3 @@ class Tape:
         out = self._ids[:length]
         out.flags.writeable = False
         return out
-
-    def digest(self, length: int) -> str:
-        """The token digest of the first `length` tokens, hashed straight from the buffer."""
-        if length == 0:
-            return EMPTY_TOKEN_DIGEST
-        hasher = hashlib.sha256(_DOMAIN)
-        hasher.update(struct.pack(">BQ", TOKEN_DIGEST_VERSION, length))
-        hasher.update(self._big_endian[:length].data)  # the buffer itself, no copy
-        return hasher.hexdigest()

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from token_finalizer._constants import GUARD_MAX_RUNS
 from token_finalizer.core.build import Build
@@ -117,6 +117,11 @@ class RunGuard(Protocol):
         """Count one finalize result; raise the 409 when this call crosses the threshold."""
         ...
 
+    async def probe(self) -> dict[str, Any] | None:
+        """What /ready reports of where the counts live (None: in this process, nothing to
+        reach); reported only, never a reason for /ready to fail (the guard fails open)."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections; idempotent."""
         ...
@@ -189,6 +194,10 @@ class MaskFractionGuard:
         if counts.tripped:
             raise self._refusal(run_id, counts)
 
+    async def probe(self) -> None:
+        """Nothing to reach: the counts live in this process."""
+        return None
+
     async def aclose(self) -> None:
         """Nothing to release."""
 
@@ -206,7 +215,9 @@ def open_guard(settings: Settings, metrics: ServiceMetrics) -> RunGuard:
     from token_finalizer.service.redis_guard import RedisMaskFractionGuard
 
     return RedisMaskFractionGuard(
-        shared.redis,
+        urls=shared.redis.seeds,
+        cluster=shared.redis.cluster,
+        min_replicas_acked=shared.redis.min_replicas_acked,
         max_mask_fraction=capture.max_mask_fraction,
         min_samples=capture.mask_fraction_min_samples,
         key_prefix=shared.key_prefix,

@@ -6,6 +6,7 @@ A verdict, not an answer: the transport decides what status it becomes
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -21,6 +22,8 @@ class Readiness:
     status: Literal["ready", "draining", "unavailable"]
     sources: dict[str, dict[str, Any]]
     error: str | None = None
+    # The shared guard's Redis, when there is one: reported, never a reason to fail.
+    guard: dict[str, Any] | None = None
 
     @property
     def ready(self) -> bool:
@@ -33,15 +36,22 @@ class Readiness:
         if self.error is not None:
             body["error"] = self.error
         body["sources"] = self.sources
+        if self.guard is not None:
+            body["guard"] = self.guard
         return body
 
 
 async def readiness(state: ServiceState) -> Readiness:
-    """Not ready while draining or when any configured source is unreachable."""
-    sources = await state.sources.reachability()
+    """Not ready while draining or when any configured source is unreachable.
+
+    The shared guard's Redis is probed and reported, but never makes the
+    process unready: the guard fails open by design.
+    """
+    sources, guard = await asyncio.gather(state.sources.reachability(), state.guard.probe())
     if state.draining:
-        return Readiness("draining", sources, "the service is shutting down")
+        return Readiness("draining", sources, "the service is shutting down", guard)
     down = sorted(name for name, probe in sources.items() if not probe["reachable"])
     if down:
-        return Readiness("unavailable", sources, f"source(s) unreachable: {', '.join(down)}")
-    return Readiness("ready", sources)
+        error = f"source(s) unreachable: {', '.join(down)}"
+        return Readiness("unavailable", sources, error, guard)
+    return Readiness("ready", sources, guard=guard)

@@ -18,13 +18,21 @@ refused by all of them. One hash per run, under the configured `key_prefix`:
   run ids are at most MAX_RUN_ID_LENGTH characters).
 
 **Redis out of reach: fail open.** The guard protects data quality; a
-Redis outage must not stop training. A failed check or count is logged
-(at most once per `_RETRY_AFTER_S`), counted in
-`token_finalizer_guard_unavailable_total{operation}`, and the finalize
-goes on unguarded. After a failure the guard leaves Redis alone for
-`_RETRY_AFTER_S`, so an unreachable server costs one timeout per window,
-not one per call. Counts missed meanwhile are lost, which can only delay a
-trip, never cause a wrong one.
+Redis outage must not stop training. Each command is retried like every
+Redis call of the service (sources/redis/_retrying.py: slot moves, a
+failover, a dropped connection) until `timeout_s` has passed; the counting
+script only where it certainly did not run, so nothing is counted twice.
+After that the check or count is logged (at most once per `_RETRY_AFTER_S`),
+counted in `token_finalizer_guard_unavailable_total{operation}`, and the
+finalize goes on unguarded. After a failure the guard leaves Redis alone
+for `_RETRY_AFTER_S`, so an unreachable server costs one timeout per
+window, not one per call. Counts missed meanwhile are lost, which can only
+delay a trip, never cause a wrong one.
+
+The Redis may be a Redis Cluster (`cluster`, seed `urls`; each run's hash is
+one key, so one slot), and with `min_replicas_acked` N a count is taken as
+done only once N replicas have it (WAIT on the script's own connection);
+fewer in time is a failure like any other: fail open.
 
 Every replica must use the same `max_mask_fraction` and
 `mask_fraction_min_samples` (they are passed to the script per call): the
@@ -34,15 +42,11 @@ tripped flag is then shared by all.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any, Final
-
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
 from token_finalizer._constants import (
     DEFAULT_GUARD_KEY_PREFIX,
@@ -50,10 +54,18 @@ from token_finalizer._constants import (
     DEFAULT_GUARD_TIMEOUT_S,
 )
 from token_finalizer.core.build import Build
+from token_finalizer.core.errors import CaptureError, describe_exception
 from token_finalizer.core.redaction import redact, redacted_url
-from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
+from token_finalizer.core.store_urls import check_key_prefix, check_redis_seeds
 from token_finalizer.service.guard import check_run_id, counted_reason, mask_fraction_refusal
 from token_finalizer.service.metrics import ServiceMetrics
+from token_finalizer.sources.redis import (
+    LuaScript,
+    RetryingRedis,
+    evalsha,
+    evalsha_then_wait,
+    ping_every_primary,
+)
 
 __all__ = ["RedisMaskFractionGuard"]
 
@@ -61,14 +73,11 @@ logger = logging.getLogger(__name__)
 
 # After a Redis failure the guard skips Redis this long (finalizes go on unguarded).
 _RETRY_AFTER_S: Final = 5.0
-# One immediate retry: a pooled connection that a Redis restart closed is
-# replaced at once; a server that is really gone fails fast.
-_RETRIES: Final = 1
 
 # KEYS[1] the run's hash. ARGV: masked ("1"/"0"), mask reason, min samples,
 # max mask fraction (Python's repr: strtod reads back the same double), TTL ms.
 # Answers nil while the run is not tripped, else HGETALL of the run.
-_OBSERVE: Final = """
+_OBSERVE: Final = LuaScript("""
 local finalized = redis.call('HINCRBY', KEYS[1], 'finalized', 1)
 local masked
 if ARGV[1] == '1' then
@@ -88,7 +97,7 @@ if tripped then
   return redis.call('HGETALL', KEYS[1])
 end
 return false
-"""
+""")
 
 
 def _text(value: object) -> str:
@@ -108,8 +117,11 @@ class RedisMaskFractionGuard:
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
+        urls: Sequence[str] | None = None,
+        cluster: bool = False,
+        min_replicas_acked: int = 0,
         max_mask_fraction: float,
         min_samples: int,
         key_prefix: str = DEFAULT_GUARD_KEY_PREFIX,
@@ -127,16 +139,19 @@ class RedisMaskFractionGuard:
         self.min_samples = min_samples
         self.key_prefix = check_key_prefix(key_prefix)
         self._ttl_ms = max(1, round(run_ttl_s * 1000))
+        if min_replicas_acked < 0:
+            raise ValueError(f"min_replicas_acked must be >= 0, got {min_replicas_acked!r}")
         self._metrics = metrics
-        self._where = redacted_url(check_redis_url(url))
-        self._client: Redis = Redis.from_url(
-            url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), _RETRIES),
-            decode_responses=False,
+        seeds = check_redis_seeds(list(urls or []) or [url], cluster=cluster)
+        self._where = redacted_url(seeds[0]) + (" (cluster)" if cluster else "")
+        self._redis = RetryingRedis(
+            seeds,
+            cluster=cluster,
+            timeout_s=timeout_s,
+            label="mask-fraction guard redis",
+            where=self._where,
         )
-        self._observe: AsyncScript = self._client.register_script(_OBSERVE)
+        self._replicas = min_replicas_acked
         self._down_until = 0.0
         self._closed = False
 
@@ -198,8 +213,8 @@ class RedisMaskFractionGuard:
         if self._skipping("check"):
             return
         try:
-            reply = await self._client.hgetall(key)
-        except (RedisError, OSError) as exc:
+            reply = await self._redis.call("check", lambda client: client.hgetall(key))
+        except CaptureError as exc:
             self._failed("check", exc)
             return
         fields = _fields(reply)
@@ -223,24 +238,56 @@ class RedisMaskFractionGuard:
             self._ttl_ms,
         ]
         try:
-            reply = await self._observe(keys=[key], args=args)
-        except (RedisError, OSError) as exc:
+            # Not idempotent (it counts): retried only where it certainly did not run.
+            reply = await self._redis.call("observe", self._counting(key, args), idempotent=False)
+        except CaptureError as exc:
             self._failed("observe", exc)
             return
         if reply:
             raise self._refusal(run_id, _fields(reply))
 
+    def _counting(self, key: str, args: list[str | int]) -> Any:
+        """The step that runs the counting script (and WAITs, with min_replicas_acked)."""
+        cluster, replicas = self._redis.cluster, self._replicas
+        deadline = asyncio.get_running_loop().time() + self._redis.timeout_s
+
+        async def step(client: Any) -> Any:
+            if not replicas:
+                return await evalsha(client, _OBSERVE, [key], args, cluster=cluster)
+            # The script always writes, so WAIT after it needs no marker key.
+            return await evalsha_then_wait(
+                client,
+                _OBSERVE,
+                [key],
+                args,
+                cluster=cluster,
+                replicas=replicas,
+                deadline=deadline,
+                sync_key=None,
+            )
+
+        return step
+
     async def counts(self, run_id: str) -> dict[str, str]:
         """The run's hash as stored (for operators and tests); empty when unknown."""
-        return _fields(await self._client.hgetall(self.key(run_id)))
+        key = self.key(run_id)
+        return _fields(await self._redis.call("counts", lambda client: client.hgetall(key)))
 
     async def ping(self) -> None:
-        """Raise unless Redis answers PING."""
-        await self._client.ping()
+        """Raise StoreNodeUnreachable unless Redis (every primary of a cluster) answers PING."""
+        await ping_every_primary(self._redis)
+
+    async def probe(self) -> dict[str, Any]:
+        """What /ready reports of the guard's Redis (it never makes /ready fail)."""
+        try:
+            await self.ping()
+        except Exception as exc:
+            return {"reachable": False, "error": redact(str(exc) or describe_exception(exc))}
+        return {"reachable": True}
 
     async def aclose(self) -> None:
         """Close the connection pool; idempotent. A closed guard lets every call through."""
         if self._closed:
             return
         self._closed = True
-        await self._client.aclose()
+        await self._redis.aclose()

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from token_finalizer._constants import READY_PING_TIMEOUT_S
 from token_finalizer.core.entries import Snapshot
-from token_finalizer.core.errors import describe_exception
+from token_finalizer.core.errors import StoreNodeUnreachable, describe_exception
 from token_finalizer.core.protocols import TokenSource
 from token_finalizer.core.redaction import redact
 from token_finalizer.service.errors import UnknownSource
@@ -158,13 +158,19 @@ class SourceRegistry:
         return source
 
     async def reachability(self) -> dict[str, dict[str, Any]]:
-        """Ping every source concurrently: name -> {"reachable": bool, "error"?: str}."""
+        """Ping every source concurrently: name -> {"reachable": bool, "error"?: str}.
+
+        A store with several servers (a Redis Cluster) names the node that is down.
+        """
 
         async def probe(source: InstrumentedSource) -> dict[str, Any]:
             try:
                 await asyncio.wait_for(source.ping(), timeout=READY_PING_TIMEOUT_S)
             except TimeoutError:
                 return {"reachable": False, "error": f"no answer in {READY_PING_TIMEOUT_S}s"}
+            except StoreNodeUnreachable as exc:
+                # Its message names the node that is down: "redis node host:port: ...".
+                return {"reachable": False, "error": redact(str(exc))}
             except Exception as exc:
                 return {"reachable": False, "error": redact(describe_exception(exc))}
             return {"reachable": True}

@@ -2,23 +2,28 @@
 
 The file store's semantics over dicts, both sides and the admin, and external
 staging beside them (`memory_staging`). A plain lock guards it: every method
-is short and never awaits while holding it.
+is short and never awaits while holding it. Each rollout's lineage index is
+fed by its puts (docs/store-protocol.md#lineage-index).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from token_finalizer._constants import LINEAGE_CACHE_MAX_TOKENS, STORE_ENCODE_IN_THREAD_MIN_TOKENS
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict
 from token_finalizer.core.identity import check_model_call_id, check_store_id
+from token_finalizer.core.lineage_chains import ChainCache, ScopedChains, remember_committed
+from token_finalizer.core.lineage_index import EMPTY_LINEAGE, RolloutLineage
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.sources._entries import entry_payload, same_payload
-from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._staging import entries_refused
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
@@ -44,6 +49,10 @@ class _Rollout:
     failed_calls: list[str] = field(default_factory=list)
     updated_at: float = field(default_factory=time.time)
     staging: RolloutStaging = field(default_factory=RolloutStaging)
+    lineage: RolloutLineage = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lineage = RolloutLineage(self.entries.get)
 
     def missing_calls(self) -> set[str]:
         return self.intents - self.entries.keys()
@@ -71,6 +80,7 @@ class MemoryTokenStore(StagingDelegate):
     def __init__(self) -> None:
         self._rollouts: dict[str, _Rollout] = {}
         self._lock = threading.Lock()
+        self._chains = ChainCache(LINEAGE_CACHE_MAX_TOKENS)
         self._admin = MemoryStoreAdmin(self)
         self._staging = MemoryStaging(self)
 
@@ -111,6 +121,9 @@ class MemoryTokenStore(StagingDelegate):
             rollout.entries[parsed.model_call_id] = parsed
             rollout.lines[parsed.model_call_id] = line
             rollout.state.record_put(parsed.model_call_id, digest)
+            link = rollout.lineage.add(parsed)
+            if link is not None:
+                remember_committed(parsed, link, self._chains_of(rollout))
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture (allowed after freeze)."""
@@ -177,6 +190,8 @@ class MemoryTokenStore(StagingDelegate):
                 rollout.intents.clear()
                 rollout.failed_calls.clear()
                 rollout.staging.clear()
+                self._forget(rollout)
+                rollout.lineage = RolloutLineage(rollout.entries.get)
             return True
 
     async def committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
@@ -191,10 +206,27 @@ class MemoryTokenStore(StagingDelegate):
                 return ()
             return tuple(rollout.entries.values())
 
+    def _chains_of(self, rollout: _Rollout) -> ScopedChains:
+        return ScopedChains(self._chains, rollout.lineage.scope)
+
+    def _forget(self, rollout: _Rollout) -> None:
+        """Drop the cached chains of a rollout whose entries are gone."""
+        self._chains.forget(rollout.lineage.scope)
+
+    def _resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
+        with self._lock:
+            rollout = self._rollouts.get(rollout_id)
+            if rollout is None or rollout.state.retired:
+                return resolve_query(EMPTY_LINEAGE, None, query)
+            return resolve_query(rollout.lineage, self._chains_of(rollout), query)
+
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
-        """Which stored call of the rollout a request continues (read-only)."""
+        """Which stored call of the rollout a request continues (read-only), from its index."""
         check_store_id(rollout_id)
-        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
+        rollout = self._rollouts.get(rollout_id)
+        if rollout is not None and rollout.lineage.tokens >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
+            return await asyncio.to_thread(self._resolve_lineage, rollout_id, query)
+        return self._resolve_lineage(rollout_id, query)
 
     async def ping(self) -> None:
         """Always reachable."""
@@ -241,7 +273,10 @@ class MemoryStoreAdmin:
         """Forget one rollout entirely; its id when something was stored."""
         with self._store._lock:
             removed = self._store._rollouts.pop(check_store_id(rollout_id), None)
-        return () if removed is None else (rollout_id,)
+        if removed is None:
+            return ()
+        self._store._forget(removed)
+        return (rollout_id,)
 
     async def sweep(
         self, rules: SweepRules, *, dry_run: bool = False, now: float | None = None
@@ -257,7 +292,7 @@ class MemoryStoreAdmin:
                     swept.append(SweptCapture(rollout_id, reason, age))
             if not dry_run:
                 for capture in swept:
-                    del self._store._rollouts[capture.rollout_id]
+                    self._store._forget(self._store._rollouts.pop(capture.rollout_id))
         return SweepReport(captures=tuple(swept))
 
     async def rollout_ids(self) -> list[str]:

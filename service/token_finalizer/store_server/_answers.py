@@ -2,8 +2,11 @@
 
 A snapshot goes out as its stored lines, spliced into the answer unparsed. A
 resolve answer carries the matched call's cumulative ids as the numpy array
-resolution rebuilt, encoded by orjson in one pass. Large answers are built in
-a worker thread.
+resolution rebuilt, encoded by orjson in one pass, or, when the client asks
+with `tokens=compact`, as the little-endian bytes of the ids in base64
+(docs/store-protocol.md#compact-cumulative-ids): one buffer copy instead of
+one decimal number per token on both sides. Large answers are built in a
+worker thread.
 
 A staging rollout (docs/staging.md#protocol) freezes into its manifest and
 the staged base snapshots of its records, in manifest order, spliced from
@@ -14,8 +17,11 @@ staging chain and chain hash instead of token ids.
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 from starlette.responses import Response
 
@@ -28,7 +34,9 @@ from token_finalizer.core.staging import LedgerResolution
 from token_finalizer.sources.base import CaptureStore, FrozenLines, LineageQuery, StagedLines
 from token_finalizer.web.answers import encoded_response, json_response
 
-__all__ = ["freeze_answer", "resolve_answer"]
+__all__ = ["compact_ids", "freeze_answer", "resolve_answer"]
+
+_U32_LIMIT = 2**32
 
 
 def _lines_answer(frozen: FrozenLines, accept_encoding: str | None) -> Response:
@@ -89,16 +97,32 @@ async def freeze_answer(
     return _lines_answer(frozen, accept_encoding)
 
 
-def _resolution_payload(resolution: Resolution) -> dict[str, Any]:
+def compact_ids(ids: npt.NDArray[np.integer[Any]]) -> dict[str, Any]:
+    """`{"encoding", "length", "data"}`: the ids as u32 (all below 2**32) or u64, little-endian,
+    in standard base64."""
+    wide = len(ids) > 0 and int(ids.max()) >= _U32_LIMIT
+    raw = np.ascontiguousarray(ids, dtype="<u8" if wide else "<u4").tobytes()
+    return {
+        "encoding": "u64le" if wide else "u32le",
+        "length": len(ids),
+        "data": base64.b64encode(raw).decode("ascii"),
+    }
+
+
+def _resolution_payload(resolution: Resolution, *, compact: bool) -> dict[str, Any]:
     match = resolution.match
+    if match is None:
+        return {"status": resolution.status, "reason": resolution.reason, "match": None}
+    ids = match.cumulative_token_ids
+    tokens: dict[str, Any] = (
+        {"cumulative_tokens": compact_ids(ids)} if compact else {"cumulative_token_ids": ids}
+    )
     return {
         "status": resolution.status,
         "reason": resolution.reason,
-        "match": None
-        if match is None
-        else {
+        "match": {
             "model_call_id": match.model_call_id,
-            "cumulative_token_ids": match.cumulative_token_ids,
+            **tokens,
             "digest": match.digest,
             "prev_len": match.prev_len,
         },
@@ -114,21 +138,32 @@ def _ledger_payload(resolution: LedgerResolution) -> dict[str, Any]:
     }
 
 
+def _encoded(resolution: Resolution, compact: bool, accept_encoding: str | None) -> Response:
+    return json_response(
+        _resolution_payload(resolution, compact=compact), accept_encoding=accept_encoding
+    )
+
+
 async def resolve_answer(
-    store: CaptureStore, rollout_id: str, query: LineageQuery, accept_encoding: str | None
+    store: CaptureStore,
+    rollout_id: str,
+    query: LineageQuery,
+    accept_encoding: str | None,
+    *,
+    compact: bool = False,
 ) -> Response:
     """Resolve `query` over the rollout's committed calls, read without freezing.
 
     A rollout still being written resolves over what its writers were told is
-    stored. An answer carrying many token ids is encoded in a worker thread. A
-    staging rollout resolves over its ledger rows.
+    stored. With `compact`, the match carries `cumulative_tokens` instead of
+    `cumulative_token_ids`. An answer carrying many token ids is encoded in a
+    worker thread. A staging rollout resolves over its ledger rows.
     """
     ledger = await store.resolve_ledger(rollout_id, query)
     if ledger is not None:
         return json_response(_ledger_payload(ledger), accept_encoding=accept_encoding)
     resolution = await store.resolve_lineage(rollout_id, query)
-    payload = _resolution_payload(resolution)
     match = resolution.match
     if match is not None and len(match.cumulative_token_ids) >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
-        return await asyncio.to_thread(json_response, payload, accept_encoding=accept_encoding)
-    return json_response(payload, accept_encoding=accept_encoding)
+        return await asyncio.to_thread(_encoded, resolution, compact, accept_encoding)
+    return _encoded(resolution, compact, accept_encoding)

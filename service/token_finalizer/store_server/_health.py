@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer._constants import STORE_HEALTH_TIMEOUT_S
-from token_finalizer.core.errors import CaptureError, describe_exception
+from token_finalizer.core.errors import CaptureError, StoreNodeUnreachable, describe_exception
 from token_finalizer.core.redaction import redact
 from token_finalizer.sources.base import CaptureStore
 
@@ -46,21 +46,27 @@ async def store_health(store: CaptureStore, *, timeout_s: float = STORE_HEALTH_T
     """200 `{"status": "ok"}` when the store answers its ping in time, else 503 saying why.
 
     503 body: `{"status": "unhealthy", "store": kind, "error": ...}`; a redis
-    store adds `"redis": {"reachable": false, "node": "host:port", "error": ...}`.
+    store adds `"redis": {"reachable": false, "node": "host:port", "error": ...}`,
+    naming the node that did not answer (of a cluster: the first primary down).
     """
+    node: str | None = None
     try:
         await asyncio.wait_for(store.ping(), timeout=timeout_s)
     except TimeoutError:
         error = f"the {store.kind} store did not answer within {timeout_s:g}s"
+    except StoreNodeUnreachable as exc:
+        # The store pinged each of its servers and names the one that is down.
+        node, error = exc.node, redact(str(exc))
     except CaptureError as exc:
         error = redact(str(exc))
     except Exception as exc:  # a health check answers, whatever the backend raised
         error = redact(describe_exception(exc))
     else:
         return _HEALTHY
-    node = _node(store)
     if node is None:
-        return Health(503, {"status": "unhealthy", "store": store.kind, "error": error})
-    error = f"redis node {node}: {error}"
+        node = _node(store)
+        if node is None:
+            return Health(503, {"status": "unhealthy", "store": store.kind, "error": error})
+        error = f"redis node {node}: {error}"
     redis = {"reachable": False, "node": node, "error": error}
     return Health(503, {"status": "unhealthy", "store": store.kind, "error": error, "redis": redis})

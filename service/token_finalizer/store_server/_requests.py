@@ -10,7 +10,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from token_finalizer.core.identity import check_model_call_id
-from token_finalizer.core.lineage_resolution import ResolutionRequestError, resolve_lineage
+from token_finalizer.core.lineage_resolution import (
+    ResolutionRequestError,
+    check_resolution_request,
+)
 from token_finalizer.sources.base import LineageQuery
 from token_finalizer.web.errors import HttpError
 from token_finalizer_client.protocol import CAPTURE_SEGMENT
@@ -23,7 +26,11 @@ __all__ = [
     "path_call_id",
     "required_call_id",
     "resolve_request",
+    "token_form",
 ]
+
+# `tokens=` of a resolve request: how the match's cumulative ids are sent.
+_TOKEN_FORMS = ("plain", "compact")
 
 
 def call_entry(body: dict[str, Any], rollout_id: str, model_call_id: str) -> dict[str, Any]:
@@ -100,9 +107,16 @@ def resolve_request(body: dict[str, Any]) -> LineageQuery:
     if not isinstance(digests, list):
         raise HttpError(422, f"context_digests must be a list, got {type(digests).__name__}")
     try:
-        # Resolving over no entries checks the request by the resolver's own rules
-        # (version, hex digests) before any entry is read.
-        resolve_lineage((), body["fingerprint"], body["fingerprint_version"], digests)
+        # The resolver's own rules (version, hex digests), before any entry is read.
+        check_resolution_request(body["fingerprint"], body["fingerprint_version"], digests)
     except ResolutionRequestError as exc:
         raise HttpError(422, str(exc)) from None
     return LineageQuery(body["fingerprint_version"], body["fingerprint"], tuple(digests))
+
+
+def token_form(query_params: Mapping[str, str]) -> bool:
+    """Whether a resolve asks for its ids in the compact form (`tokens=compact`; default plain)."""
+    form = query_params.get("tokens", "plain")
+    if form not in _TOKEN_FORMS:
+        raise HttpError(422, f"tokens must be one of {', '.join(_TOKEN_FORMS)}, got {form!r}")
+    return form == "compact"

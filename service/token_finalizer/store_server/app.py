@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
-from token_finalizer._constants import STORE_MAX_BODY_BYTES
+from token_finalizer._constants import STORE_MAX_BODY_BYTES, STORE_RETRY_AFTER_S
 from token_finalizer.core.errors import (
     CaptureConflict,
     CaptureCorrupt,
@@ -37,6 +37,7 @@ from token_finalizer.store_server._requests import (
     path_call_id,
     required_call_id,
     resolve_request,
+    token_form,
 )
 from token_finalizer.store_server.control_route import install_control_route
 from token_finalizer.store_server.roles import (
@@ -145,7 +146,11 @@ def create_store_app(
         redoc_url=None,
         openapi_url=None,
     )
-    install_error_handlers(app, _STATUS_OF, not_found=_bad_id_not_found)
+    # A store out of reach is retried within its deadline first (a Redis failover,
+    # a slot move); what still fails is worth another try soon.
+    install_error_handlers(
+        app, _STATUS_OF, not_found=_bad_id_not_found, retry_after_s=STORE_RETRY_AFTER_S
+    )
     if access.enabled:
         # Probes stay open: load balancers and the finalizer's /ready have no token.
         app.add_middleware(
@@ -211,9 +216,14 @@ def create_store_app(
     @app.post(PROTOCOL_PREFIX + "/lineage/resolve")
     async def resolve_lineage(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
+        compact = token_form(request.query_params)
         body = (await _read(request)).data
         return await resolve_answer(
-            store, rollout_id, resolve_request(body), request.headers.get("accept-encoding")
+            store,
+            rollout_id,
+            resolve_request(body),
+            request.headers.get("accept-encoding"),
+            compact=compact,
         )
 
     install_staging_routes(app, store, _read)

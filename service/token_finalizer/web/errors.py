@@ -90,7 +90,9 @@ def _framework_error(not_found: NotFoundHook | None) -> Callable[[Request, Excep
     return handle
 
 
-def _domain_error(table: StatusTable) -> Callable[[Request, Exception], Response]:
+def _domain_error(
+    table: StatusTable, retry_after_s: int
+) -> Callable[[Request, Exception], Response]:
     def handle(request: Request, exc: Exception) -> Response:
         status = next((code for cls, code in table.items() if isinstance(exc, cls)), 500)
         if status == 500:
@@ -100,20 +102,27 @@ def _domain_error(table: StatusTable) -> Callable[[Request, Exception], Response
         response = error_response(status, getattr(exc, "message", None) or str(exc), **details)
         if status == 503:
             # Unavailable for now, not broken: tell clients when to come back.
-            response.headers["Retry-After"] = str(RETRY_AFTER_S)
+            response.headers["Retry-After"] = str(retry_after_s)
         return response
 
     return handle
 
 
 def install_error_handlers(
-    app: FastAPI, table: StatusTable, *, not_found: NotFoundHook | None = None
+    app: FastAPI,
+    table: StatusTable,
+    *,
+    not_found: NotFoundHook | None = None,
+    retry_after_s: int = RETRY_AFTER_S,
 ) -> None:
-    """Give every refusal of `app` the one error shape; `table` maps domain errors to statuses."""
+    """Give every refusal of `app` the one error shape; `table` maps domain errors to statuses.
+
+    A 503 carries `Retry-After: retry_after_s`.
+    """
     app.add_exception_handler(HttpError, _http_error)
     app.add_exception_handler(StarletteHTTPException, _framework_error(not_found))
     app.add_exception_handler(RequestValidationError, _validation_error)
-    domain = _domain_error(table)
+    domain = _domain_error(table, retry_after_s)
     for cls in table:
         app.add_exception_handler(cls, domain)
     app.add_exception_handler(Exception, _unexpected)

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import orjson
 import pytest
 import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.support.captures import agent_rollout, make_entry
-from token_finalizer.core.codec import CodecError, loads_with_token_arrays, zstd_decompress
+from token_finalizer.core.codec import (
+    CodecError,
+    PromptReuse,
+    has_long_digit_run,
+    ids_from_text,
+    loads_with_token_arrays,
+    zstd_decompress,
+)
 
 
 def _answer(entries: list[dict]) -> dict:
@@ -111,15 +121,62 @@ def test_unzstd_refuses_a_truncated_body() -> None:
         zstd_decompress(body[: len(body) // 2], limit=1 << 20)
 
 
-def test_a_fractions_long_digits_keep_the_fast_parser() -> None:
-    """A 20-digit fraction is no wide integer; a 19-digit integer is one, at the start too."""
-    from token_finalizer.core.codec import has_long_digit_run
+def test_ids_from_text_keeps_ids_up_to_two_to_the_64_exact() -> None:
+    """Ids near 2**64 parse on the fast path as uint64, each one exact."""
+    ids = ids_from_text(b"1,9223372036854775813,18446744073709551614")
+    assert ids is not None and ids.dtype == np.uint64
+    assert ids.tolist() == [1, 2**63 + 5, 2**64 - 2]
 
-    assert [
-        has_long_digit_run(text)
-        for text in (
-            b"[-0.00012345678901234567]",
-            b"[-1234567890123456789]",
-            b"1234567890123456789",
-        )
-    ] == [False, True, True]
+
+def test_ids_from_text_keeps_small_ids_int32() -> None:
+    """Ids below 2**31 parse as int32 (half the memory)."""
+    ids = ids_from_text(b"0,5,2147483647")
+    assert ids is not None and ids.dtype == np.int32
+
+
+@pytest.mark.parametrize("text", [b"1,18446744073709551616", b"18446744073709551615"])
+def test_ids_from_text_leaves_a_maybe_saturated_id_to_the_exact_parse(text: bytes) -> None:
+    """numpy saturates 2**64 to 2**64 - 1: any text reading as that value goes the slow way."""
+    assert ids_from_text(text) is None
+
+
+def test_id_of_two_to_the_64_reaches_validation_as_an_int() -> None:
+    """An entry line holding 2**64 parses to that exact int, never a float orjson would make."""
+    line = json.dumps(make_entry("r", "c1", [1, 2**64], [3])).replace(" ", "").encode()
+    parsed = loads_with_token_arrays(line)
+    assert parsed["prompt_token_ids"] == [1, 2**64]
+    assert type(parsed["prompt_token_ids"][1]) is int
+
+
+def test_prompt_reuse_widens_to_uint64_and_keeps_earlier_views() -> None:
+    """A tail with a wide id moves the shared buffer to uint64; views handed out stay exact."""
+    prompts = PromptReuse()
+    first = prompts.parse(b"1,2")
+    second = prompts.parse(b"1,2,18446744073709551614")
+    third = prompts.parse(b"1,2,18446744073709551614,7")
+    assert first is not None and second is not None and third is not None
+    assert first.tolist() == [1, 2] and first.dtype == np.int32
+    assert second.dtype == third.dtype == np.uint64
+    assert third.tolist() == [1, 2, 2**64 - 2, 7]
+
+
+# -- wide integers: which bodies need the exact (slow) parse ------------------------------------
+
+_INTEGER_RUN_19 = re.compile(rb"(?<![.\d])\d{19}")
+
+
+def test_a_long_fraction_is_not_a_wide_integer() -> None:
+    """Digits after a decimal point (a float near zero) do not send a body to the slow parse."""
+    assert not has_long_digit_run(b'{"generation_log_probs": [-0.000123456789012345678]}')
+
+
+def test_a_nineteen_digit_integer_is_wide() -> None:
+    """An integer of 19 digits may not fit orjson's integers: the exact parse is needed."""
+    assert has_long_digit_run(b'{"reward": 1234567890123456789, "p": 0.5}')
+
+
+@given(st.text(alphabet="0123456789.,-e ", max_size=80))
+def test_wide_integer_detection_agrees_with_a_regex(text: str) -> None:
+    """A body needs the exact parse iff it holds 19 digits in a row not after a '.'."""
+    data = text.encode()
+    assert has_long_digit_run(data) == bool(_INTEGER_RUN_19.search(data))

@@ -9,6 +9,7 @@ the other.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -46,17 +47,13 @@ def _duplicate_ids() -> Snapshot:
     return snapshot_of(entries)
 
 
-def _uint64(*values: int) -> Any:
-    return np.array(values, dtype=np.uint64)
-
-
 def _out_of_range_ids() -> Snapshot:
-    """A lineage capture whose uint64 ids do not survive as int64: the digest refuses them."""
-    entries = [
-        make_entry("r", "c1", _uint64(1, 2**63), _uint64(3)),
-        make_entry("r", "c2", _uint64(1, 2**63, 3, 4), _uint64(5)),
-    ]
-    return snapshot_of(stamp_lineage(entries, {"c1": None, "c2": "c1"}))
+    """A lineage snapshot whose entry, built by hand past validation, holds a negative id."""
+    entries = [make_entry("r", "c1", [1, 2], [3]), make_entry("r", "c2", [1, 2, 3, 4], [5])]
+    snapshot = snapshot_of(stamp_lineage(entries, {"c1": None, "c2": "c1"}))
+    first, second = snapshot.entries
+    negative = dataclasses.replace(first, prompt_token_ids=np.array([1, -2], dtype=np.int64))
+    return dataclasses.replace(snapshot, entries=(negative, second))
 
 
 # (case, snapshot, the module and name of its error text, the reason)

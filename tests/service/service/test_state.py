@@ -41,6 +41,9 @@ class _ClosingGuard:
     async def observe(self, run_id: str, build: Build | None) -> None:
         """Counts nothing."""
 
+    async def probe(self) -> None:
+        """Nothing to reach."""
+
     async def aclose(self) -> None:
         self.closes += 1
 

@@ -31,16 +31,25 @@ from token_finalizer.core.delivery import (
     finalize_rollout_token_capture,
     retire_rollout_token_capture,
 )
+from token_finalizer.core.errors import StoreUnreachable
 from token_finalizer.core.redaction import redacted_url
 from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.settings import ConfigError, settings_from_mapping
+from token_finalizer.sources.base import SweepRules
 from token_finalizer.sources.redis import ENTRY_KEY_PARTS, RedisTokenStore
 
 pytestmark = pytest.mark.anyio
 
 PASSWORD = "hunter2-s3cret"
+# Lineage stamps that make a call a candidate of the lineage index.
+STAMPED = {
+    "continuation_fingerprint": "a" * 64,
+    "continuation_context_len": 1,
+    "continuation_context_digest": "b" * 64,
+    "fingerprint_version": 2,
+}
 
 
 @pytest.fixture
@@ -74,9 +83,10 @@ def _dead_url(password: str | None = None) -> str:
 async def test_every_key_of_a_rollout_carries_its_hash_tag(
     rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
 ) -> None:
-    """All six token-capture keys of a rollout are `<prefix>{ng:<id>}:<part>` (one cluster slot)."""
+    """All eight token-capture keys of a rollout are `<prefix>{ng:<id>}:<part>` (one slot)."""
     await rstore.begin_call("r.1", "c2")
-    await rstore.put(make_entry("r.1", "c1", [1], [2]))
+    # Stamped for lineage, so the index keys exist too.
+    await rstore.put(make_entry("r.1", "c1", [1], [2], **STAMPED))
     await rstore.mark_incomplete("r.1", "c3")
     keys = _keys(raw, redis_prefix)
     assert keys == sorted(f"{redis_prefix}{{ng:r.1}}:{part}" for part in ENTRY_KEY_PARTS)
@@ -119,6 +129,20 @@ async def test_key_prefixes_keep_stores_apart(redis_url: str, redis_prefix: str)
         await two.close()
 
 
+async def test_delete_and_sweep_remove_the_lineage_index_too(
+    rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
+) -> None:
+    """An operator's delete, and a sweep of a retired capture, leave no index key behind."""
+    await rstore.put(make_entry("r1", "c1", [1], [2], **STAMPED))
+    await rstore.admin.delete("r1")
+    assert _keys(raw, redis_prefix) == []
+    await rstore.put(make_entry("r2", "c1", [1], [2], **STAMPED))
+    snapshot = await rstore.freeze("r2")
+    await rstore.drop("r2", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
+    await rstore.admin.sweep(SweepRules(retired_older_than=0.0))
+    assert _keys(raw, redis_prefix) == []
+
+
 async def test_refused_ids_write_no_key(
     rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
 ) -> None:
@@ -151,9 +175,9 @@ async def test_call_ids_are_hash_fields_never_key_names(
 async def test_drop_keeps_only_the_state_as_an_expiring_tombstone(
     redis_url: str, redis_prefix: str, raw: redis.Redis
 ) -> None:
-    """A drop deletes the data keys; the state stays, expiring after retired_ttl_s."""
+    """A drop deletes the data and index keys; the state stays, expiring after retired_ttl_s."""
     store = RedisTokenStore(redis_url, key_prefix=redis_prefix, retired_ttl_s=100)
-    await store.put(make_entry("r1", "c1", [1], [2]))
+    await store.put(make_entry("r1", "c1", [1], [2], **STAMPED))
     await store.begin_call("r1", "c1")
     await store.mark_incomplete("r1", "c9")
     snapshot = await store.freeze("r1")
@@ -189,12 +213,12 @@ async def test_abandoned_ttl_covers_every_key_of_an_open_capture(
 ) -> None:
     """With abandoned_ttl_s each write gives every key of the capture the same expiry."""
     store = RedisTokenStore(redis_url, key_prefix=redis_prefix, abandoned_ttl_s=60)
-    await store.put(make_entry("r1", "c1", [1], [2]))
+    await store.put(make_entry("r1", "c1", [1], [2], **STAMPED))
     await store.begin_call("r1", "c2")
     await store.mark_incomplete("r1", "c3")
     await store.close()
     ttls = [raw.pttl(key) for key in _keys(raw, redis_prefix)]
-    assert len(ttls) == 6 and all(55_000 < ttl <= 60_000 for ttl in ttls)
+    assert len(ttls) == len(ENTRY_KEY_PARTS) and all(55_000 < ttl <= 60_000 for ttl in ttls)
     assert max(ttls) - min(ttls) < 1000
 
 
@@ -267,8 +291,9 @@ async def test_newer_schema_line_masks_and_retires_nothing(
 
 
 async def test_unreachable_redis_is_source_unavailable_for_every_operation() -> None:
-    """Nothing listening: each operation raises SourceUnavailable naming the store."""
-    store = RedisTokenStore(_dead_url(), timeout_s=1)
+    """Nothing listening: each operation raises StoreUnreachable naming the store (retried
+    until the deadline first), and the ping names the node."""
+    store = RedisTokenStore(_dead_url(), timeout_s=0.3)
     attempts = (
         lambda: store.put(make_entry("r1", "c1", [1], [2])),
         lambda: store.begin_call("r1", "c1"),
@@ -277,11 +302,12 @@ async def test_unreachable_redis_is_source_unavailable_for_every_operation() -> 
         lambda: store.drop("r1", snapshot_id="x", version=1),
         lambda: store.admin.status("r1"),
         lambda: store.admin.rollout_ids(),
-        lambda: store.ping(),
     )
     for attempt in attempts:
-        with pytest.raises(SourceUnavailable, match=r"redis store redis://127\.0\.0\.1:\d+/0"):
+        with pytest.raises(StoreUnreachable, match=r"redis store redis://127\.0\.0\.1:\d+/0"):
             await attempt()
+    with pytest.raises(StoreUnreachable, match=r"^redis node 127\.0\.0\.1:\d+: ConnectionError"):
+        await store.ping()
     await store.close()
 
 
@@ -321,7 +347,7 @@ async def test_closed_store_refuses_and_closes_twice(redis_url: str) -> None:
 def test_cluster_option_builds_a_cluster_client() -> None:
     """cluster=True talks through redis-py's cluster client (which routes by slot)."""
     store = RedisTokenStore("redis://127.0.0.1:7000/0", cluster=True)
-    assert isinstance(store._redis._client, RedisCluster)
+    assert isinstance(store._redis.redis.client, RedisCluster)
 
 
 async def test_a_client_passed_in_stays_open(redis_url: str, redis_prefix: str) -> None:
@@ -352,7 +378,7 @@ async def test_registry_reports_a_redis_source_reachable_or_not(redis_url: str) 
         await registry.close()
     assert reachability["up"] == {"reachable": True}
     assert reachability["down"]["reachable"] is False
-    assert "StoreUnreachable" in reachability["down"]["error"]
+    assert reachability["down"]["error"].startswith("redis node 127.0.0.1:")
     assert PASSWORD not in reachability["down"]["error"]
 
 
@@ -383,7 +409,9 @@ def test_settings_accept_a_redis_source() -> None:
         env={"REDIS_PASSWORD": PASSWORD},
     )
     assert settings.sources["shared"].open_options() == {
-        "url": f"rediss://:{PASSWORD}@redis:6380/2",
+        "urls": (f"rediss://:{PASSWORD}@redis:6380/2",),
+        "cluster": False,
+        "min_replicas_acked": 0,
         "key_prefix": "ng:",
         "timeout_s": 3.0,
         "retired_ttl_s": None,

@@ -8,11 +8,13 @@ a harness would send next.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from tests.support.gym_calls import Conversation, assistant_says, committed_call, user_says
@@ -312,6 +314,68 @@ async def test_large_rollout_resolves_the_same(store: Any, resolver: HttpLineage
     resolution = await resolver.resolve("r1", talk.items)
     assert resolution.match is not None and resolution.match.model_call_id == "call-24"
     assert resolution.match.prev_len == 25 * 1001
+
+
+# -- the compact form of the cumulative ids (tokens=compact) -------------------------------------
+
+
+def _wire_body(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "fingerprint_version": FINGERPRINT_VERSION,
+        "fingerprint": assistant_fingerprint(items),
+        "context_digests": context_digests(items),
+    }
+
+
+def _decoded(tokens: dict[str, Any]) -> list[int]:
+    dtype = {"u32le": "<u4", "u64le": "<u8"}[tokens["encoding"]]
+    return np.frombuffer(base64.b64decode(tokens["data"]), dtype=dtype).tolist()
+
+
+async def test_compact_match_carries_the_ids_as_little_endian_u32(
+    store: Any, wire: httpx.AsyncClient
+) -> None:
+    """With tokens=compact the match holds `cumulative_tokens` (u32le, base64), not the list."""
+    talk, first, second = _two_turns()
+    await _commit(store, first, second)
+    answer = (
+        await wire.post(RESOLVE.format("r1") + "?tokens=compact", json=_wire_body(talk.items))
+    ).json()
+    match = answer["match"]
+    assert "cumulative_token_ids" not in match
+    assert match["cumulative_tokens"]["encoding"] == "u32le"
+    assert match["cumulative_tokens"]["length"] == match["prev_len"] == 8
+    assert _decoded(match["cumulative_tokens"]) == [101, 102, 103, 201, 202, 301, 302, 401]
+
+
+async def test_compact_match_widens_to_u64_for_ids_past_u32(
+    store: Any, wire: httpx.AsyncClient
+) -> None:
+    """An id of 2**32 or more sends every id as u64le."""
+    talk = Conversation("r1")
+    await _commit(store, talk.call("call-1", "big", new_prompt=[1, 2**32], generation=[3]))
+    answer = (
+        await wire.post(RESOLVE.format("r1") + "?tokens=compact", json=_wire_body(talk.items))
+    ).json()
+    tokens = answer["match"]["cumulative_tokens"]
+    assert tokens["encoding"] == "u64le" and _decoded(tokens) == [1, 2**32, 3]
+
+
+async def test_plain_form_is_the_default(store: Any, wire: httpx.AsyncClient) -> None:
+    """Without the parameter (or with tokens=plain) the match lists `cumulative_token_ids`."""
+    talk, first, _ = _two_turns()
+    await _commit(store, first)
+    for suffix in ("", "?tokens=plain"):
+        answer = (
+            await wire.post(RESOLVE.format("r1") + suffix, json=_wire_body(talk.items[:3]))
+        ).json()
+        assert answer["match"]["cumulative_token_ids"] == [101, 102, 103, 201, 202]
+
+
+async def test_unknown_token_form_is_422(wire: httpx.AsyncClient) -> None:
+    """A `tokens` value other than plain or compact is refused."""
+    answer = await wire.post(RESOLVE.format("r1") + "?tokens=packed", json=_GOOD)
+    assert answer.status_code == 422 and "tokens" in answer.json()["error"]
 
 
 # -- malformed requests ----------------------------------------------------------------------------

@@ -1,5 +1,10 @@
 """Which store a `store` command works on: `--dir DIR` or `--redis URL [--key-prefix P]`.
 
+A Redis Cluster is `--redis-cluster` with `--redis` naming any node, or
+repeated for several seeds (docs/store-protocol.md#redis-cluster);
+`--redis-timeout` bounds each operation, retries included, and
+`--min-replicas-acked N` makes every state change wait for N replicas.
+
 The backend is chosen once, from the options (`backend_of`), and opened as a
 CaptureStore (`opened`); every command then has one code path over the store
 interface, whatever the backend.
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from token_finalizer._constants import DEFAULT_STORE_REDIS_TIMEOUT_S
 from token_finalizer.sources.base import CaptureStore
 
 __all__ = ["Backend", "UsageError", "add_backend_arguments", "backend_of", "opened"]
@@ -25,11 +31,43 @@ _REDIS_ONLY = (
     ("key_prefix", "--key-prefix"),
     ("retired_ttl", "--retired-ttl"),
     ("abandoned_ttl", "--abandoned-ttl"),
+    ("redis_cluster", "--redis-cluster"),
+    ("redis_timeout", "--redis-timeout"),
+    ("min_replicas_acked", "--min-replicas-acked"),
 )
+# Options whose "not given" is a default value rather than absence.
+_UNSET = {
+    "key_prefix": None,
+    "redis_cluster": False,
+    "redis_timeout": None,
+    "min_replicas_acked": 0,
+}
 
 
 def _given(args: argparse.Namespace, name: str) -> bool:
-    return name in vars(args) and (name != "key_prefix" or args.key_prefix is not None)
+    if name not in vars(args):
+        return False
+    return name not in _UNSET or getattr(args, name) != _UNSET[name]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds must be > 0")
+    return value
+
+
+def _replicas(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: replicas must be >= 0")
+    return value
 
 
 class UsageError(Exception):
@@ -52,12 +90,34 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     backend.add_argument(
         "--redis",
         metavar="URL",
-        help="a redis store instead: redis://[:password@]host:port/db or rediss://...",
+        action="append",
+        help="a redis store instead: redis://[:password@]host:port/db or rediss://...; "
+        "with --redis-cluster any node of the cluster, repeated for several seed nodes",
     )
     parser.add_argument(
         "--key-prefix",
         metavar="PREFIX",
         help="with --redis: prefix of every key (letters, digits, '.', '_', ':', '/', '-')",
+    )
+    parser.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="with --redis: the URL(s) are seed nodes of a Redis Cluster",
+    )
+    parser.add_argument(
+        "--redis-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="with --redis: each store operation's deadline, retries included (slot moves, "
+        f"a failover) (default {DEFAULT_STORE_REDIS_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--min-replicas-acked",
+        type=_replicas,
+        default=0,
+        metavar="N",
+        help="with --redis: acknowledge a state change only once N replicas have it "
+        "(WAIT); fewer in time is an error, never an acknowledgement (default 0)",
     )
 
 
@@ -77,18 +137,23 @@ def backend_of(args: argparse.Namespace, *, existing_dir: bool = True) -> Backen
         return Backend("file", str(args.dir), {"dir": args.dir})
     from token_finalizer._constants import DEFAULT_RETIRED_TTL_S
     from token_finalizer.core.redaction import redacted_url
-    from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
+    from token_finalizer.core.store_urls import check_key_prefix, check_redis_seeds
 
     try:
-        check_redis_url(args.redis)
+        seeds = check_redis_seeds(args.redis, cluster=args.redis_cluster)
         check_key_prefix(args.key_prefix or "")
     except ValueError as exc:
         raise UsageError(f"--redis: {exc}") from None
-    where = redacted_url(args.redis)
+    where = redacted_url(seeds[0])
+    if args.redis_cluster:
+        where = f"redis cluster {where}" + (f" (+{len(seeds) - 1} seeds)" if len(seeds) > 1 else "")
     if args.key_prefix:
         where += f" (key prefix {args.key_prefix!r})"
     options: dict[str, Any] = {
-        "url": args.redis,
+        "urls": list(seeds),
+        "cluster": args.redis_cluster,
+        "timeout_s": args.redis_timeout or DEFAULT_STORE_REDIS_TIMEOUT_S,
+        "min_replicas_acked": args.min_replicas_acked,
         "key_prefix": args.key_prefix,
         "retired_ttl_s": getattr(args, "retired_ttl", DEFAULT_RETIRED_TTL_S),
         "abandoned_ttl_s": getattr(args, "abandoned_ttl", None),

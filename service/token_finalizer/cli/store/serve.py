@@ -153,7 +153,7 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
         try:
             await store.ping()
         except CaptureError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
             return 2
         app = create_store_app(store, tokens=_store_tokens(args))
         # h11 with a request-head deadline, and a connection cap (web/protocol.py).

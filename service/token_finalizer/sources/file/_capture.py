@@ -106,12 +106,21 @@ class CaptureFiles:
         return any(exists(path) for path in self.stored_files())
 
     @contextlib.contextmanager
-    def locked(self, *, exclusive: bool) -> Iterator[None]:
-        """Hold the rollout's flock; retry if a sweep unlinked the lock file meanwhile."""
+    def locked(self, *, exclusive: bool, blocking: bool = True) -> Iterator[bool]:
+        """Hold the rollout's flock; retry if a sweep unlinked the lock file meanwhile.
+
+        With `blocking=False`, yields False at once (holding nothing) when the
+        lock is taken in a conflicting mode, instead of waiting; else True.
+        """
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         while True:
             fd = open_regular(self.lock, os.O_RDWR | os.O_CREAT, writing=True)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                try:
+                    fcntl.flock(fd, mode if blocking else mode | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield False
+                    return
                 held = os.fstat(fd)
                 try:
                     named = os.lstat(self.lock)
@@ -119,7 +128,7 @@ class CaptureFiles:
                 except FileNotFoundError:
                     same = False
                 if same:
-                    yield
+                    yield True
                     return
             finally:
                 os.close(fd)  # closing releases the flock
@@ -149,8 +158,21 @@ class CaptureFiles:
         except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
             raise CaptureCorrupt(f"{self.state.name} is not a valid state file: {exc}") from None
 
-    def write_state(self, state: CaptureState, *, undo: Callable[[], None] | None = None) -> None:
-        """Replace the state file atomically; `undo` runs if the old state stays in place."""
+    def write_state(
+        self,
+        state: CaptureState,
+        *,
+        undo: Callable[[], None] | None = None,
+        durable: bool = True,
+    ) -> None:
+        """Replace the state file atomically; `undo` runs if the old state stays in place.
+
+        `durable=False` skips both fsyncs (the temporary file's and the
+        directory's): only for a state whose changes the jsonl itself can
+        rebuild, i.e. a put's entry digest and indexed size. The replacement is
+        still atomic; after a crash the old state may come back, and the next
+        locked operation indexes the fsynced lines past it again.
+        """
         temp = self.state.with_name(f".{self.state.name}.{uuid.uuid4().hex}.tmp")
         created = False
         try:
@@ -159,7 +181,8 @@ class CaptureFiles:
                 created = True
                 try:
                     write_all(fd, orjson.dumps(state.to_dict()))
-                    os.fsync(fd)
+                    if durable:
+                        os.fsync(fd)
                 finally:
                     os.close(fd)
                 os.replace(temp, self.state)
@@ -173,7 +196,8 @@ class CaptureFiles:
         finally:
             if created:
                 temp.unlink(missing_ok=True)
-        fsync_dir(self.directory)
+        if durable:
+            fsync_dir(self.directory)
 
     def remove_data_files(self) -> list[str]:
         """Unlink the rollout's data files (names only: a link's target is untouched)."""

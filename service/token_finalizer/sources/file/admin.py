@@ -15,6 +15,7 @@ import contextlib
 import os
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from token_finalizer._constants import FILE_STALE_AGE_S
@@ -51,9 +52,16 @@ def _holds_capture(files: CaptureFiles) -> bool:
 class FileStoreAdmin:
     """StoreAdmin over one capture directory (its staging read through `staging`)."""
 
-    def __init__(self, directory: Path, staging: FileStaging) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        staging: FileStaging,
+        on_removed: Callable[[str], None] | None = None,
+    ) -> None:
         self.directory = directory
         self._staging = staging
+        # Told the id of each capture this admin removes (the store drops its index).
+        self._on_removed = on_removed or (lambda rollout_id: None)
 
     def _files(self, rollout_id: str) -> CaptureFiles:
         return CaptureFiles(self.directory, rollout_id)
@@ -180,6 +188,7 @@ class FileStoreAdmin:
                     raise not_regular(path.name, what="a directory") from None
                 removed.append(path.name)
             files.lock.unlink(missing_ok=True)
+        self._on_removed(rollout_id)
         return (*removed, files.lock.name) if had_lock else tuple(removed)
 
     async def delete(self, rollout_id: str) -> tuple[str, ...]:
@@ -271,4 +280,5 @@ class FileStoreAdmin:
                 for path in stored:
                     path.unlink(missing_ok=True)
                 files.lock.unlink(missing_ok=True)
+                self._on_removed(rollout_id)
             return SweptCapture(rollout_id, reason, age)

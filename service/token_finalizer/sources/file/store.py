@@ -16,13 +16,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from token_finalizer._constants import LINEAGE_CACHE_MAX_TOKENS, LINEAGE_INDEX_MAX_ROLLOUTS
 from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, StoreUnreachable
 from token_finalizer.core.identity import check_model_call_id, check_store_id
-from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.core.lineage_chains import ChainCache
+from token_finalizer.core.lineage_index import EMPTY_LINEAGE
+from token_finalizer.core.lineage_resolution import Resolution, check_resolution_request
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
-from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._staging import entries_refused, staged_capture
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
@@ -37,6 +40,7 @@ from token_finalizer.sources.file._fs import (
     split_lines,
     truncate,
 )
+from token_finalizer.sources.file._index import FileLineageIndexes
 from token_finalizer.sources.file.admin import FileStoreAdmin
 from token_finalizer.sources.file.staging import FileStaging
 
@@ -162,7 +166,10 @@ class FileTokenStore(StagingDelegate):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._staging = FileStaging(self.directory)
-        self._admin = FileStoreAdmin(self.directory, self._staging)
+        self._indexes = FileLineageIndexes(
+            LINEAGE_INDEX_MAX_ROLLOUTS, ChainCache(LINEAGE_CACHE_MAX_TOKENS)
+        )
+        self._admin = FileStoreAdmin(self.directory, self._staging, on_removed=self._indexes.forget)
 
     def __repr__(self) -> str:
         return f"FileTokenStore({str(self.directory)!r})"
@@ -185,7 +192,7 @@ class FileTokenStore(StagingDelegate):
             files.check_files()
             state = files.read_state()
             if _index_tail(files, state):
-                files.write_state(state)
+                files.write_state(state, durable=False)  # rebuilt from the jsonl alike
             _check_entries_writable(files, state, parsed.rollout_id)
             decision = state.decide_put(parsed.model_call_id, digest)
             if decision is PutDecision.CONFLICT:
@@ -204,8 +211,15 @@ class FileTokenStore(StagingDelegate):
             state.record_put(parsed.model_call_id, digest)
             state.indexed_size += len(line) + 1
             # If the state cannot be written (disk full), the line goes again:
-            # the put failed, and the capture stays exactly as it was.
-            files.write_state(state, undo=lambda: truncate(files.jsonl, start))
+            # the put failed, and the capture stays exactly as it was. The
+            # fsynced line is the durable record; the state only indexes it and
+            # is rebuilt from the jsonl after a crash, so it is not fsynced
+            # (docs/store-protocol.md#crash-recovery).
+            files.write_state(state, undo=lambda: truncate(files.jsonl, start), durable=False)
+            written = os.stat(files.jsonl, follow_symlinks=False)
+            self._indexes.committed(
+                parsed.rollout_id, (written.st_dev, written.st_ino), line, start, parsed
+            )
 
     @staticmethod
     def _mark_incomplete_locked(
@@ -343,6 +357,7 @@ class FileTokenStore(StagingDelegate):
                 state.retired = True
                 files.write_state(state)
             files.remove_data_files()
+            self._indexes.forget(rollout_id)
             return True
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
@@ -373,10 +388,55 @@ class FileTokenStore(StagingDelegate):
         check_store_id(rollout_id)
         return await asyncio.to_thread(self._committed_entries, rollout_id)
 
+    def _resolve_lineage(
+        self, rollout_id: str, query: LineageQuery, *, inline: bool = False
+    ) -> Resolution | None:
+        """Resolve under the shared lock; with `inline`, None unless that is quick (the
+        lock free, little to read): the caller then resolves in a worker thread."""
+        files = self._files(rollout_id)
+        if not exists(files.state):
+            return resolve_query(EMPTY_LINEAGE, None, query)  # nothing acknowledged yet
+        with files.locked(exclusive=False, blocking=not inline) as held:
+            if not held:
+                return None
+            files.check_files()
+            state = files.read_state()
+            try:
+                fd = None if state.retired else open_regular(files.jsonl, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = None
+            if fd is None:
+                self._indexes.forget(rollout_id)
+                return resolve_query(EMPTY_LINEAGE, None, query)
+            try:
+                # Only the acknowledged part (up to indexed_size): a line past it
+                # was never confirmed to its writer.
+                name = files.jsonl.name
+                return self._indexes.resolve(rollout_id, fd, name, state, query, inline=inline)
+            finally:
+                os.close(fd)
+
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
-        """Which acknowledged call of the rollout a request continues (read-only)."""
+        """Which acknowledged call of the rollout a request continues (read-only).
+
+        Reads the state under the shared lock, then only the lines acknowledged
+        since this store's index of the rollout last looked, and the answer's.
+        Done on the event loop when the lock is free and little is to be read
+        (the usual next call of a rollout: a worker-thread hop would cost more
+        than the work), else in a worker thread.
+        """
         check_store_id(rollout_id)
-        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
+        check_resolution_request(
+            query.fingerprint, query.fingerprint_version, query.context_digests
+        )
+        if not query.fingerprint:
+            return resolve_query(EMPTY_LINEAGE, None, query)  # a root: nothing to read
+        quick = self._resolve_lineage(rollout_id, query, inline=True)
+        if quick is not None:
+            return quick
+        resolved = await asyncio.to_thread(self._resolve_lineage, rollout_id, query)
+        assert resolved is not None  # a blocking resolve always answers
+        return resolved
 
     # -- lifecycle -----------------------------------------------------------
 

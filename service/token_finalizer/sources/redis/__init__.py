@@ -1,15 +1,26 @@
 """The redis capture store: Redis, Valkey or Redis Cluster, shared by writers and replicas.
 
-_scripts   the Lua scripts (package resources under scripts/), read once
-_client    the connection: client, key names, scripts, one error mapping
-store      RedisTokenStore: writers, freeze, drop, lineage resolution
-admin      RedisStoreAdmin: status, inspect, delete, sweep, listing
-staging    RedisStaging: external staging's ledger and staged calls
+_scripts    the Lua scripts (package resources under scripts/), read once
+_clients    redis-py clients: one server, or a cluster from its seed nodes
+_retrying   the one retry layer: every call retried until its deadline, then our errors
+_scripting  EVALSHA, and EVALSHA + WAIT on the script's own connection
+_nodes      PING every primary, SCAN every primary
+_client     the store's connection: key names, scripts, which scripts wait for replicas
+store       RedisTokenStore: writers, freeze, drop, lineage resolution
+admin       RedisStoreAdmin: status, inspect, delete, sweep, listing
+staging     RedisStaging: external staging's ledger and staged calls
+
+The shared mask-fraction guard (service/redis_guard.py) reaches its Redis
+through the same layer: `RetryingRedis`, `LuaScript`, `evalsha`,
+`evalsha_then_wait` and `ping_every_primary`.
 """
 
 from __future__ import annotations
 
 from token_finalizer.sources.redis._client import ENTRY_KEY_PARTS, KEY_PARTS, STAGING_KEY_PARTS
+from token_finalizer.sources.redis._nodes import ping_every_primary
+from token_finalizer.sources.redis._retrying import RetryingRedis
+from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
 from token_finalizer.sources.redis.store import RedisTokenStore
 
@@ -17,6 +28,11 @@ __all__ = [
     "ENTRY_KEY_PARTS",
     "KEY_PARTS",
     "STAGING_KEY_PARTS",
+    "LuaScript",
     "RedisStoreAdmin",
     "RedisTokenStore",
+    "RetryingRedis",
+    "evalsha",
+    "evalsha_then_wait",
+    "ping_every_primary",
 ]

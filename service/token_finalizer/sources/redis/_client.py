@@ -11,6 +11,13 @@ tag `{ng:R}`, so Redis Cluster keeps one rollout on one slot:
     P{ng:R}:order        LIST   model_call_ids in put order (snapshots keep it)
     P{ng:R}:intents      SET    announced model_call_ids (begin_call)
     P{ng:R}:incomplete   SET    model_call_ids that failed to capture
+    P{ng:R}:links        HASH   model_call_id -> its lineage link (parent, delta, lengths, digest)
+    P{ng:R}:lineage      HASH   continuation fingerprint -> its candidate calls and contexts
+    P{ng:R}:sync         STRING with min_replicas_acked only: a marker written before
+                                each WAIT, gone after a second (sources/redis/_scripting.py)
+
+`links` and `lineage` are the rollout's lineage index (docs/store-protocol.md#lineage-index),
+written by the same script as the entry.
 
 External staging (sources/redis/staging.py, docs/staging.md#storage):
 
@@ -23,40 +30,52 @@ External staging (sources/redis/staging.py, docs/staging.md#storage):
     P{ng:R}:staged_extras  HASH   model_call_id -> {"attachments", "extras"} JSON
     P{ng:R}:staged_index   HASH   model_call_id -> "<staging digest> <parent call id>"
 
-Any failure of the Redis client is a SourceUnavailable (StoreUnreachable when
-nothing answered): the finalizer answers 503 for it, never a masked record.
+Every call goes through the retry layer (`_retrying`): whatever fails on the
+way (a lost connection, a slot moving, a failover) is retried until the
+store's `timeout_s` has passed, then raised as StoreUnreachable (the
+finalizer and the store server answer 503 for it, never a masked record);
+a request Redis refuses as such is SourceUnavailable. With
+`min_replicas_acked` N, every state change is acknowledged only once N
+replicas have it (WAIT on the script's own connection).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
-from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
-from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from token_finalizer._constants import (
-    REDIS_CONNECT_TIMEOUT_CAP_S,
-    REDIS_RETRIES,
-    REDIS_RETRY_BASE_S,
-    REDIS_RETRY_CAP_S,
-    REDIS_SCAN_COUNT,
-)
-from token_finalizer.core.errors import SourceUnavailable, StoreUnreachable
+from token_finalizer._constants import REDIS_SCAN_COUNT
+from token_finalizer.core.errors import SourceUnavailable
 from token_finalizer.core.identity import check_store_id
-from token_finalizer.core.redaction import redact, redacted_url
-from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
+from token_finalizer.core.redaction import redacted_url
+from token_finalizer.core.store_urls import check_key_prefix, check_redis_seeds
+from token_finalizer.sources.redis._nodes import ping_every_primary, scan_every_primary
+from token_finalizer.sources.redis._retrying import RetryingRedis
+from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
 from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
 
-__all__ = ["ENTRY_KEY_PARTS", "KEY_PARTS", "STAGING_KEY_PARTS", "RedisConnection", "text"]
+__all__ = [
+    "ENTRY_KEY_PARTS",
+    "KEY_PARTS",
+    "READ_ONLY_SCRIPTS",
+    "STAGING_KEY_PARTS",
+    "RedisConnection",
+    "text",
+]
 
-# The order of KEYS in every script: token capture's keys, then external staging's.
-ENTRY_KEY_PARTS: Final = ("state", "entries", "digests", "order", "intents", "incomplete")
+# The order of KEYS in every script: token capture's keys (with the lineage index's
+# `links` and `lineage`, docs/store-protocol.md#lineage-index), then external staging's.
+ENTRY_KEY_PARTS: Final = (
+    "state",
+    "entries",
+    "digests",
+    "order",
+    "intents",
+    "incomplete",
+    "links",
+    "lineage",
+)
 STAGING_KEY_PARTS: Final = (
     "ledger",
     "ledger_ids",
@@ -66,6 +85,20 @@ STAGING_KEY_PARTS: Final = (
     "staged_index",
 )
 KEY_PARTS: Final = (*ENTRY_KEY_PARTS, *STAGING_KEY_PARTS)
+# Scripts that change nothing: never followed by WAIT. Every other one is a state change.
+READ_ONLY_SCRIPTS: Final = frozenset(
+    {
+        "committed",
+        "status",
+        "inspect",
+        "resolve",
+        "ledger_rows",
+        "ledger_resolve",
+        "staged_chain",
+        "staged_read",
+        "staging_freeze",
+    }
+)
 
 
 def text(value: object) -> str:
@@ -73,71 +106,67 @@ def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _where(seeds: Sequence[str], cluster: bool) -> str:
+    shown = redacted_url(seeds[0])
+    if not cluster:
+        return shown
+    more = f" and {len(seeds) - 1} more seed(s)" if len(seeds) > 1 else ""
+    return f"cluster {shown}{more}"
+
+
 class RedisConnection:
     """The client of one redis store, its key names and its scripts.
 
-    `url` names one server, or with `cluster=True` any node of a Redis Cluster
-    (redis-py's cluster client then routes each script by its keys' slot).
-    `client` may be given instead of `url` (a `redis.asyncio.Redis` or
-    `RedisCluster` created by the caller, who then also owns closing it).
+    `urls` names one server, or with `cluster=True` seed nodes of a Redis
+    Cluster (any of them; the client learns the rest). `client` may be given
+    instead (a `redis.asyncio.Redis` or `RedisCluster` created by the caller,
+    who then also owns closing it).
     """
 
     def __init__(
         self,
-        url: str | None,
+        urls: Sequence[str],
         *,
         key_prefix: str,
         timeout_s: float,
         cluster: bool = False,
+        min_replicas_acked: int = 0,
         client: Any = None,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
+        if isinstance(min_replicas_acked, bool) or min_replicas_acked < 0:
+            raise ValueError(f"min_replicas_acked must be >= 0, got {min_replicas_acked!r}")
+        self.min_replicas_acked = min_replicas_acked
         if client is None:
-            if not timeout_s > 0:
-                raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-            url = check_redis_url(url)
-            self.where = redacted_url(url)
-            connect_s = min(timeout_s, REDIS_CONNECT_TIMEOUT_CAP_S)
-            if cluster:
-                # The cluster client keeps its own retries (it also follows MOVED and ASK).
-                self._client: Any = RedisCluster.from_url(
-                    url, socket_timeout=timeout_s, socket_connect_timeout=connect_s
-                )
-            else:
-                backoff = ExponentialWithJitterBackoff(
-                    cap=REDIS_RETRY_CAP_S, base=REDIS_RETRY_BASE_S
-                )
-                self._client = Redis.from_url(
-                    url,
-                    socket_timeout=timeout_s,
-                    socket_connect_timeout=connect_s,
-                    retry=Retry(backoff, REDIS_RETRIES),
-                    decode_responses=False,
-                )
-            self._owns_client = True
+            seeds = check_redis_seeds(urls, cluster=cluster)
+            self.where = _where(seeds, cluster)
         else:
-            self.where = redacted_url(url) if url else type(client).__name__
-            self._client = client
-            self._owns_client = False
+            seeds = tuple(urls)
+            self.where = _where(seeds, cluster) if seeds else type(client).__name__
+        self.redis = RetryingRedis(
+            seeds,
+            cluster=cluster,
+            timeout_s=timeout_s,
+            label="redis store",
+            where=self.where,
+            client=client,
+        )
         self._closed = False
-        self._scripts: dict[str, AsyncScript] = {
-            name: self._client.register_script(script_source(name)) for name in SCRIPT_NAMES
-        }
+        self._scripts = {name: LuaScript(script_source(name)) for name in SCRIPT_NAMES}
+
+    @property
+    def node(self) -> str:
+        """`host:port` of the server (of a cluster: its first seed), for health reports."""
+        return self.redis.node
 
     def keys(self, rollout_id: str) -> list[str]:
         """The rollout's keys, in KEY_PARTS order (the id is checked first)."""
         tag = f"{self.key_prefix}{{ng:{check_store_id(rollout_id)}}}:"
         return [tag + part for part in KEY_PARTS]
 
-    def unavailable(self, what: str, exc: BaseException) -> SourceUnavailable:
-        """The error a failed Redis call raises: retryable, and naming the store."""
-        # Connection trouble and timeouts mean the script never ran (or its
-        # answer was lost; every script may be repeated): a retry is safe.
-        unreachable = isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
-        error = StoreUnreachable if unreachable else SourceUnavailable
-        return error(
-            redact(f"redis store {self.where}: {what} failed: {type(exc).__name__}: {exc}")
-        )
+    def sync_key(self, rollout_id: str) -> str:
+        """The rollout's WAIT marker key (see the module docstring)."""
+        return f"{self.key_prefix}{{ng:{check_store_id(rollout_id)}}}:sync"
 
     def unexpected(self, what: str, reply: object) -> SourceUnavailable:
         """The error of a reply no script of ours gives."""
@@ -148,37 +177,56 @@ class RedisConnection:
             raise SourceUnavailable(f"redis store {self.where} is closed ({what} refused)")
 
     async def run(self, script: str, rollout_id: str, args: Sequence[Any], what: str) -> Any:
-        """One script over the rollout's keys; any Redis failure is SourceUnavailable."""
+        """One script over the rollout's keys, retried until the deadline.
+
+        A state change waits for `min_replicas_acked` replicas, when set.
+        """
         keys = self.keys(rollout_id)
         self._check_open(what)
-        try:
-            return await self._scripts[script](keys=keys, args=list(args))
-        except (RedisError, OSError) as exc:
-            raise self.unavailable(f"{what} of rollout {rollout_id}", exc) from None
+        lua = self._scripts[script]
+        cluster = self.redis.cluster
+        replicas = 0 if script in READ_ONLY_SCRIPTS else self.min_replicas_acked
+        if not replicas:
+            return await self.redis.call(
+                f"{what} of rollout {rollout_id}",
+                lambda client: evalsha(client, lua, keys, args, cluster=cluster),
+            )
+        deadline = asyncio.get_running_loop().time() + self.redis.timeout_s
+        sync_key = self.sync_key(rollout_id)
+
+        async def step(client: Any) -> Any:
+            return await evalsha_then_wait(
+                client,
+                lua,
+                keys,
+                args,
+                cluster=cluster,
+                replicas=replicas,
+                deadline=deadline,
+                sync_key=sync_key,
+            )
+
+        return await self.redis.call(f"{what} of rollout {rollout_id}", step)
 
     async def scan_rollout_ids(self) -> AsyncIterator[str]:
-        """Every rollout id with a state key under this prefix (all nodes of a cluster)."""
+        """Every rollout id with a state key under this prefix (every primary of a cluster)."""
         self._check_open("listing rollouts")
         head, tail = f"{self.key_prefix}{{ng:", "}:state"
-        try:
-            async for raw in self._client.scan_iter(match=f"{head}*{tail}", count=REDIS_SCAN_COUNT):
-                key = text(raw)
-                yield key[len(head) : -len(tail)]
-        except (RedisError, OSError) as exc:
-            raise self.unavailable("listing rollouts", exc) from None
+        async for raw in scan_every_primary(self.redis, f"{head}*{tail}", REDIS_SCAN_COUNT):
+            key = text(raw)
+            yield key[len(head) : -len(tail)]
 
     async def ping(self) -> None:
-        """Raise SourceUnavailable unless the server answers PING."""
+        """Return when the server (every primary of a cluster) answers PING.
+
+        Raises StoreNodeUnreachable naming the node that does not.
+        """
         self._check_open("ping")
-        try:
-            await self._client.ping()
-        except (RedisError, OSError) as exc:
-            raise self.unavailable("ping", exc) from None
+        await ping_every_primary(self.redis)
 
     async def close(self) -> None:
         """Close the connection pool (a client passed in stays the caller's); idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self._owns_client:
-            await self._client.aclose()
+        await self.redis.aclose()

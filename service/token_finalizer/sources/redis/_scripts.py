@@ -21,6 +21,7 @@ SCRIPT_NAMES: Final = (
     "freeze",
     "drop",
     "committed",
+    "resolve",
     "status",
     "inspect",
     "delete",

@@ -9,7 +9,7 @@ sweep; the rest is swept all the same. See docs/store-protocol.md#sweep.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from token_finalizer.core.errors import (
@@ -59,9 +59,16 @@ def _seconds(value: float | None) -> str:
 class RedisStoreAdmin:
     """StoreAdmin over a redis store's connection."""
 
-    def __init__(self, redis: RedisConnection, staging: RedisStaging) -> None:
+    def __init__(
+        self,
+        redis: RedisConnection,
+        staging: RedisStaging,
+        on_removed: Callable[[str], None] | None = None,
+    ) -> None:
         self._redis = redis
         self._staging = staging
+        # Told the id of each capture this admin removes (the store drops its cached chains).
+        self._on_removed = on_removed or (lambda rollout_id: None)
 
     async def status(self, rollout_id: str) -> CaptureState | None:
         """The stored state of one rollout, or None when nothing is stored."""
@@ -98,6 +105,7 @@ class RedisStoreAdmin:
     async def delete(self, rollout_id: str) -> tuple[str, ...]:
         """Remove every key of one rollout, tombstone included; the key names removed."""
         removed = await self._redis.run("delete", rollout_id, (), "delete")
+        self._on_removed(rollout_id)
         return tuple(text(key) for key in removed)
 
     async def rollout_ids(self) -> list[str]:
@@ -135,4 +143,6 @@ class RedisStoreAdmin:
                 continue
             if reply:
                 swept.append(SweptCapture(rollout_id, text(reply[0]), float(text(reply[1]))))
+                if not dry_run:
+                    self._on_removed(rollout_id)
         return SweepReport(captures=tuple(swept), skipped=tuple(skipped))

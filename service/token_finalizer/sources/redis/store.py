@@ -22,21 +22,21 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Sized
 from typing import Any
-from urllib.parse import urlsplit
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
-    DEFAULT_REDIS_PORT,
     DEFAULT_RETIRED_TTL_S,
     PARSE_IN_THREAD_MIN_BYTES,
     REDIS_PUT_ROUNDS,
+    STORE_PREPARE_IN_THREAD_MIN_TOKENS,
 )
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceUnavailable
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.core.store_urls import check_redis_url
 from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_committed
 from token_finalizer.sources._staging import entries_refused, staged_capture
@@ -44,6 +44,7 @@ from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, line_digest
 from token_finalizer.sources.base import FrozenLines, LineageQuery
 from token_finalizer.sources.redis._client import RedisConnection, text
+from token_finalizer.sources.redis._lineage import RedisLineage, index_arguments
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
 from token_finalizer.sources.redis.staging import RedisStaging
 
@@ -58,9 +59,20 @@ def _milliseconds(seconds: float | None, what: str) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _prepared(entry: object) -> tuple[TokenEntry, bytes, str]:
+def _prepared(entry: object) -> tuple[TokenEntry, bytes, str, tuple[str, str, str, str]]:
+    """The parsed entry, its line, the line's digest and the lineage index's arguments."""
     parsed, line = entry_payload(entry)
-    return parsed, line, line_digest(line)
+    return parsed, line, line_digest(line), index_arguments(parsed)
+
+
+def _token_count(entry: object) -> int:
+    """How many token ids an entry holds, as far as can be told without parsing it."""
+    if isinstance(entry, TokenEntry):
+        return entry.cumulative_length
+    if isinstance(entry, Mapping):
+        fields = (entry.get("prompt_token_ids"), entry.get("generation_token_ids"))
+        return sum(len(field) if isinstance(field, Sized) else 0 for field in fields)
+    return STORE_PREPARE_IN_THREAD_MIN_TOKENS  # a model object: prepared in a thread
 
 
 async def _parsed(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
@@ -92,20 +104,39 @@ class RedisTokenStore(StagingDelegate):
         self,
         url: str | None = None,
         *,
+        urls: Sequence[str] | None = None,
         key_prefix: str | None = None,
         timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
         retired_ttl_s: float | None = DEFAULT_RETIRED_TTL_S,
         abandoned_ttl_s: float | None = None,
         cluster: bool = False,
+        min_replicas_acked: int = 0,
         client: Any = None,
     ) -> None:
+        """`url` names one server, or a seed node with `cluster=True`; `urls` several seeds.
+
+        `timeout_s` is each operation's deadline, retries included
+        (docs/store-protocol.md#redis-cluster); `min_replicas_acked` N makes
+        every state change wait for N replicas before it is acknowledged.
+        """
         self._retired_ms = _milliseconds(retired_ttl_s, "retired_ttl_s")
         self._abandoned_ms = _milliseconds(abandoned_ttl_s, "abandoned_ttl_s")
+        if url is not None and urls:
+            raise ValueError("give `url` or `urls`, not both")
+        seeds = list(urls) if urls else [] if url is None else [url]
+        if client is None and not seeds:
+            check_redis_url(url)  # the message that names what is missing
         self._redis = RedisConnection(
-            url, key_prefix=key_prefix or "", timeout_s=timeout_s, cluster=cluster, client=client
+            seeds,
+            key_prefix=key_prefix or "",
+            timeout_s=timeout_s,
+            cluster=cluster,
+            min_replicas_acked=min_replicas_acked,
+            client=client,
         )
         self._staging = RedisStaging(self._redis, abandoned_ms=self._abandoned_ms)
-        self._admin = RedisStoreAdmin(self._redis, self._staging)
+        self._lineage = RedisLineage(self._redis)
+        self._admin = RedisStoreAdmin(self._redis, self._staging, on_removed=self._lineage.forget)
 
     def __repr__(self) -> str:  # never shows a password
         return f"RedisTokenStore({self._redis.where!r}, key_prefix={self.key_prefix!r})"
@@ -117,12 +148,8 @@ class RedisTokenStore(StagingDelegate):
 
     @property
     def node(self) -> str:
-        """`host:port` of the server the URL names (a cluster's seed node), for health reports."""
-        parts = urlsplit(self._redis.where)
-        if parts.hostname is None:  # a client handed in: its class name
-            return self._redis.where
-        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        return f"{host}:{parts.port or DEFAULT_REDIS_PORT}"
+        """`host:port` of the server the URL names (a cluster's first seed), for health reports."""
+        return self._redis.node
 
     @property
     def admin(self) -> RedisStoreAdmin:
@@ -140,15 +167,24 @@ class RedisTokenStore(StagingDelegate):
 
         A conflict also marks the rollout incomplete, in the same script.
         """
-        parsed, line, digest = await asyncio.to_thread(_prepared, entry)
+        if _token_count(entry) >= STORE_PREPARE_IN_THREAD_MIN_TOKENS:
+            parsed, line, digest, indexed = await asyncio.to_thread(_prepared, entry)
+        else:
+            parsed, line, digest, indexed = _prepared(entry)
         rollout_id, call_id = parsed.rollout_id, parsed.model_call_id
         compared = b""
         for _ in range(REDIS_PUT_ROUNDS):
             reply = await self._redis.run(
-                "put", rollout_id, (call_id, digest, line, compared, self._abandoned_ms), "put"
+                "put",
+                rollout_id,
+                (call_id, digest, line, compared, self._abandoned_ms, *indexed),
+                "put",
             )
             status = reply[0]
-            if status in (b"new", b"same"):
+            if status == b"new":
+                self._lineage.committed(parsed, text(reply[2]))
+                return
+            if status == b"same":
                 return
             if status == b"mismatch":
                 stored_digest, stored_line = reply[1], reply[2]
@@ -248,6 +284,8 @@ class RedisTokenStore(StagingDelegate):
         reply = await self._redis.run(
             "drop", rollout_id, (str(snapshot_id), str(version), self._retired_ms), "drop"
         )
+        if reply:
+            self._lineage.forget(rollout_id)
         return bool(reply)
 
     # -- lineage -------------------------------------------------------------------------------
@@ -266,9 +304,15 @@ class RedisTokenStore(StagingDelegate):
         return await _parsed(reply[1], rollout_id)
 
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
-        """Which stored call of the rollout a request continues (read-only)."""
+        """Which stored call of the rollout a request continues (read-only), from its
+        lineage index: one script, which sends the answer's lines at most."""
         check_store_id(rollout_id)
-        return await resolve_committed(lambda: self.committed_entries(rollout_id), query)
+        return await self._lineage.resolve(
+            rollout_id,
+            query,
+            # A capture written before the index existed is read whole, as then.
+            lambda: resolve_committed(lambda: self.committed_entries(rollout_id), query),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -9,17 +9,17 @@ if holds_entries() then return {'family'} end
 local call_id, row, fingerprint = ARGV[1], ARGV[2], ARGV[3]
 -- The first row of a call decides: the same row again is a replay, anything else
 -- (a failure row stored first included) a conflict.
-local first = redis.call('HGET', KEYS[8], call_id)
+local first = redis.call('HGET', KEYS[10], call_id)
 if first then
   if first == row then return {'same'} end
   return {'conflict'}
 end
-redis.call('RPUSH', KEYS[7], row)
-redis.call('HSET', KEYS[8], call_id, row)
+redis.call('RPUSH', KEYS[9], row)
+redis.call('HSET', KEYS[10], call_id, row)
 if fingerprint ~= '' then
-  local ids = redis.call('HGET', KEYS[9], fingerprint)
+  local ids = redis.call('HGET', KEYS[11], fingerprint)
   if ids then ids = ids .. '\n' .. call_id else ids = call_id end
-  redis.call('HSET', KEYS[9], fingerprint, ids)
+  redis.call('HSET', KEYS[11], fingerprint, ids)
 end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 touch(tonumber(ARGV[4]))

@@ -3,13 +3,13 @@
 local retired = redis.call('HEXISTS', KEYS[1], 'retired') == 1
 if ARGV[1] == 'count' then
   if retired then return 0 end
-  return redis.call('LLEN', KEYS[7])
+  return redis.call('LLEN', KEYS[9])
 end
 if retired then
   if ARGV[1] == 'inspect' then return {{}, {}} end
   return {}
 end
 if ARGV[1] == 'inspect' then
-  return {redis.call('LRANGE', KEYS[7], 0, -1), redis.call('HKEYS', KEYS[10])}
+  return {redis.call('LRANGE', KEYS[9], 0, -1), redis.call('HKEYS', KEYS[12])}
 end
-return redis.call('LRANGE', KEYS[7], 0, -1)
+return redis.call('LRANGE', KEYS[9], 0, -1)

@@ -1,7 +1,10 @@
--- Store one call's entry line, write-once.
+-- Store one call's entry line, write-once, and index it for lineage resolution.
 -- ARGV: call id, sha256 of the line, the line, the stored digest the caller has compared
--- with its own payload and found different ("" if none), abandoned TTL ms.
--- Answers {'new', version} | {'same'} | {'mismatch', stored digest, stored line}
+-- with its own payload and found different ("" if none), abandoned TTL ms, then the
+-- lineage index's part (docs/store-protocol.md#lineage-index): a fresh epoch (kept only
+-- by the rollout's first put), the call's link, its fingerprint ("" when no request can
+-- continue it) and its candidate record "call_id context_len context_digest\n".
+-- Answers {'new', version, epoch} | {'same'} | {'mismatch', stored digest, stored line}
 --         | {'conflict', version} | {'frozen'} | {'retired'} | {'family'} (a staging rollout).
 local call_id, digest, line, compared = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local flags = redis.call('HMGET', KEYS[1], 'retired', 'frozen')
@@ -24,6 +27,12 @@ end
 redis.call('HSET', KEYS[2], call_id, line)
 redis.call('HSET', KEYS[3], call_id, digest)
 redis.call('RPUSH', KEYS[4], call_id)
+redis.call('HSETNX', KEYS[1], 'lineage_epoch', ARGV[6])
+redis.call('HSET', KEYS[7], call_id, ARGV[7])
+if ARGV[8] ~= '' then
+  local listed = redis.call('HGET', KEYS[8], ARGV[8]) or ''
+  redis.call('HSET', KEYS[8], ARGV[8], listed .. ARGV[9])
+end
 local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
 touch(tonumber(ARGV[5]))
-return {'new', version}
+return {'new', version, redis.call('HGET', KEYS[1], 'lineage_epoch')}

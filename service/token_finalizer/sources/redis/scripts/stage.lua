@@ -9,22 +9,22 @@ if flags[1] then return {'retired'} end
 if flags[2] then return {'frozen'} end
 if holds_entries() then return {'family'} end
 local call_id = ARGV[1]
-local stored = redis.call('HGET', KEYS[10], call_id)
+local stored = redis.call('HGET', KEYS[12], call_id)
 if stored then
-  if stored == ARGV[4] and redis.call('HGET', KEYS[11], call_id) == ARGV[5] then
+  if stored == ARGV[4] and redis.call('HGET', KEYS[13], call_id) == ARGV[5] then
     return {'same'}
   end
   return {'conflict'}
 end
 if ARGV[2] ~= '' then
-  local parent = redis.call('HGET', KEYS[12], ARGV[2])
+  local parent = redis.call('HGET', KEYS[14], ARGV[2])
   if not parent or string.sub(parent, 1, #ARGV[3] + 1) ~= ARGV[3] .. ' ' then
     return {'parent_changed'}
   end
 end
-redis.call('HSET', KEYS[10], call_id, ARGV[4])
-redis.call('HSET', KEYS[11], call_id, ARGV[5])
-redis.call('HSET', KEYS[12], call_id, ARGV[6] .. ' ' .. ARGV[2])
+redis.call('HSET', KEYS[12], call_id, ARGV[4])
+redis.call('HSET', KEYS[13], call_id, ARGV[5])
+redis.call('HSET', KEYS[14], call_id, ARGV[6] .. ' ' .. ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 touch(tonumber(ARGV[7]))
 return {'new'}

@@ -3,9 +3,9 @@
 -- its root, stopping at a call that is not staged (at most as many steps as calls staged).
 local out = {}
 local cursor = ARGV[1]
-local steps = redis.call('HLEN', KEYS[12])
+local steps = redis.call('HLEN', KEYS[14])
 while cursor ~= '' and steps > 0 do
-  local entry = redis.call('HGET', KEYS[12], cursor)
+  local entry = redis.call('HGET', KEYS[14], cursor)
   if not entry then break end
   local space = string.find(entry, ' ', 1, true)
   out[#out + 1] = cursor

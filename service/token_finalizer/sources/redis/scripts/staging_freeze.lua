@@ -3,4 +3,4 @@
 --         | {'ok', {row, ...} in commit order, {call id, base JSON, ...}}.
 if redis.call('HEXISTS', KEYS[1], 'retired') == 1 then return {'retired'} end
 if not holds_staging() then return {'none'} end
-return {'ok', redis.call('LRANGE', KEYS[7], 0, -1), redis.call('HGETALL', KEYS[10])}
+return {'ok', redis.call('LRANGE', KEYS[9], 0, -1), redis.call('HGETALL', KEYS[12])}
