@@ -5,7 +5,8 @@
         [--calls 400] [--carry 400] [--call-generated 100] [--rounds 5]
         [--reference-python PY --reference-wheel DIR/nemo_gym]
 
-1. Stage (`_staging_stage`): every thread stages `--rollouts` chains of
+1. Stage (`_staging_stage`): every thread stages `--rollouts` chains (at
+   least 64 chains in all per run) of
    `--chain` calls, each a delta of `--prompt` + `--generated` tokens with
    log probabilities (4,096 tokens: about 100 KB of JSON, a long call as
    NeMo Gym 0.7's worker stages it), through one shared `HttpStagingSink` to
@@ -64,7 +65,8 @@ def _stage_part(args: argparse.Namespace) -> None:
                     url,
                     backend,
                     threads=threads,
-                    rollouts_per_thread=args.rollouts,
+                    # At least 64 rollouts per run, so one thread's percentiles mean something.
+                    rollouts_per_thread=max(args.rollouts, 64 // threads),
                     calls=args.chain,
                     prompt=args.prompt,
                     generated=args.generated,

@@ -17,8 +17,8 @@ paths agree:
   in log probabilities), and it reads an integer beyond 64 bits as a float,
   silently losing digits: a body that refuses, or that holds a run of 20
   digits or more (found without parsing, in C) that is not a fraction's
-  (after a `.`), is parsed by the standard library, which keeps every
-  integer exact.
+  (after a `.`) nor inside a string or exponent (after a letter), is parsed
+  by the standard library, which keeps every integer exact.
 """
 
 from __future__ import annotations
@@ -47,10 +47,13 @@ _numpy: Any = None
 
 # 2**64 - 1 has 20 digits: a shorter run of digits is an integer orjson holds exactly.
 _LONG_RUN = 20
-# Every ASCII digit to "d", "." kept, every other byte to " ": a long integer is then
-# a run of "d" after a " " (after a "." it is a fraction's digits, which orjson reads).
+# Every ASCII digit to "d", "." and ASCII letters to ".", every other byte to " ": a long
+# integer is then a run of "d" after a " " (after a "." it is a fraction's digits, after a
+# letter a string's or an exponent's: orjson reads both exactly enough).
+_NOT_AN_INTEGER_BEFORE = frozenset(b".ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _DIGITS_ONLY = bytes(
-    ord("d") if 48 <= byte <= 57 else byte if byte == ord(".") else ord(" ") for byte in range(256)
+    ord("d") if 48 <= byte <= 57 else ord(".") if byte in _NOT_AN_INTEGER_BEFORE else ord(" ")
+    for byte in range(256)
 )
 _LONG_INTEGER = b" " + b"d" * _LONG_RUN
 
@@ -58,7 +61,8 @@ _LONG_INTEGER = b" " + b"d" * _LONG_RUN
 def _has_long_digit_run(content: bytes) -> bool:
     """Whether `content` holds an integer of `_LONG_RUN` or more ASCII digits.
 
-    A run right after a `.` is a fraction's digits, not an integer.
+    A run right after a `.` (a fraction) or an ASCII letter (inside a string,
+    such as a hex digest, or an exponent) is not an integer.
     """
     global _numpy
     if _numpy is None and len(content) >= _NUMPY_MIN_BYTES:
@@ -76,7 +80,9 @@ def _has_long_digit_run(content: bytes) -> bool:
     starts = _numpy.flatnonzero(runs[:-4] & runs[4:])  # 16 and 16 four apart: 20
     previous = _numpy.maximum(starts - 1, 0)
     # A run after another digit lies inside a longer one (counted at its start).
-    inside = digits[previous] | (text[previous] == ord("."))
+    before = text[previous] | 0x20  # ASCII letters folded to lower case; "." stays "."
+    letter = (before >= ord("a")) & (before <= ord("z"))
+    inside = digits[previous] | (before == ord(".")) | letter
     return bool(((starts == 0) | ~inside).any())
 
 

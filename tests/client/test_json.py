@@ -119,10 +119,11 @@ def test_long_digit_runs_are_found_with_and_without_numpy(monkeypatch: pytest.Mo
 def test_a_fractions_long_digits_are_no_long_integer(
     numpy_module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Twenty digits after a `.` are a fraction orjson reads; twenty after a `-` are not."""
+    """Twenty digits after a `.` or a letter are no integer; twenty after a `-` are one."""
     monkeypatch.setattr(_json, "_numpy", numpy_module)
-    fraction, integer = b"[-0.00012345678901234567]", b"[-12345678901234567890]"
-    assert (_json._has_long_digit_run(fraction), _json._has_long_digit_run(integer)) == (
-        False,
-        True,
-    )
+    bodies = [
+        b"[-0.00012345678901234567]",
+        b'["ab12345678901234567890cd"]',
+        b"[-12345678901234567890]",
+    ]
+    assert [_json._has_long_digit_run(body) for body in bodies] == [False, False, True]

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import orjson
 import zstandard
 
@@ -413,40 +412,38 @@ def json_depth(data: bytes | bytearray) -> int:
 _WIDE_INTEGER_DIGITS = 19
 
 
-def _integer_digits(text: npt.NDArray[np.uint8]) -> npt.NDArray[np.bool_]:
-    """Digits that may belong to an integer: every digit but those of a run right after a '.'.
-
-    The digits after a decimal point are a fraction, never an integer, however
-    many there are: a log probability of -0.000123456789012345678 (Python's
-    repr of a float near zero) must not send a whole body to the slow parse.
-    """
-    digits = (text >= ord("0")) & (text <= ord("9"))
-    starts = digits.copy()
-    starts[1:] &= ~digits[:-1]
-    run_of = np.cumsum(starts)  # each digit's run number (1-based)
-    first = np.flatnonzero(starts)
-    after_point = first[(first > 0) & (text[np.maximum(first - 1, 0)] == ord("."))]
-    if not after_point.size:
-        return digits
-    fraction = np.zeros(len(first) + 1, dtype=bool)
-    fraction[run_of[after_point]] = True
-    return digits & ~fraction[run_of]
-
-
 def has_long_digit_run(data: bytes | bytearray) -> bool:
     """Whether the text holds an integer of 19 or more digits (one orjson may not hold).
 
-    Digit runs right after a decimal point are fractions and do not count.
     Runs are found by doubling: `runs[i]` says whether a run of the current
     length starts at i, and two overlapping runs make a longer one, so five
-    vectorized ANDs answer for length 20 without looking at each number.
+    vectorized ANDs answer for length 19 without looking at each number. Only
+    the few places where 19 digits start are then looked at one by one: a run
+    right after a decimal point is a fraction (a log probability of
+    -0.000123456789012345678, Python's repr of a float near zero), and one
+    right after a letter is inside a string (a hex digest holds 19 decimal
+    digits in a row now and then) or an exponent: none of them is an integer,
+    so none sends a body to the slow parse. A run right after another digit
+    lies inside a longer run, judged at that run's start.
     """
-    runs = _integer_digits(np.frombuffer(data, dtype=np.uint8))
+    text = np.frombuffer(data, dtype=np.uint8)
+    digits = (text >= ord("0")) & (text <= ord("9"))
+    runs = digits
     for shift in (1, 2, 4, 8):  # lengths 2, 4, 8, 16
         runs = runs[:-shift] & runs[shift:]
         if not runs.any():
             return False
-    return bool((runs[:-3] & runs[3:]).any())  # 16 and 16 three apart = 19
+    starts = np.flatnonzero(runs[:-3] & runs[3:])  # 16 and 16 three apart = 19
+    if not starts.size:
+        return False
+    before = text[np.maximum(starts - 1, 0)]
+    folded = before | 0x20  # ASCII letters to lower case; '.' and the digits stay
+    not_integer = (
+        digits[np.maximum(starts - 1, 0)]
+        | (before == ord("."))
+        | ((folded >= ord("a")) & (folded <= ord("z")))
+    )
+    return bool(((starts == 0) | ~not_integer).any())
 
 
 def _refuse_constant(name: str) -> Any:

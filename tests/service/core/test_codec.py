@@ -162,7 +162,7 @@ def test_prompt_reuse_widens_to_uint64_and_keeps_earlier_views() -> None:
 
 # -- wide integers: which bodies need the exact (slow) parse ------------------------------------
 
-_INTEGER_RUN_19 = re.compile(rb"(?<![.\d])\d{19}")
+_INTEGER_RUN_19 = re.compile(rb"(?<![.\dA-Za-z])\d{19}")
 
 
 def test_a_long_fraction_is_not_a_wide_integer() -> None:
@@ -175,8 +175,14 @@ def test_a_nineteen_digit_integer_is_wide() -> None:
     assert has_long_digit_run(b'{"reward": 1234567890123456789, "p": 0.5}')
 
 
-@given(st.text(alphabet="0123456789.,-e ", max_size=80))
+def test_digits_inside_a_digest_are_not_a_wide_integer() -> None:
+    """A hex digest with 19 decimal digits in a row is a string, not an integer."""
+    assert not has_long_digit_run(b'{"digest": "ab1234567890123456789012cd"}')
+
+
+@given(st.text(alphabet="0123456789.,-eEf ", max_size=80))
 def test_wide_integer_detection_agrees_with_a_regex(text: str) -> None:
-    """A body needs the exact parse iff it holds 19 digits in a row not after a '.'."""
+    """A body needs the exact parse iff it holds 19 digits in a row not after a '.' or a
+    letter."""
     data = text.encode()
     assert has_long_digit_run(data) == bool(_INTEGER_RUN_19.search(data))
