@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--generated", type=int, default=3584)
     parser.add_argument("--backends", default="dir,redis")
-    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--calls", type=int, default=400, help="0: no finalize part")
     parser.add_argument("--carry", type=int, default=400)
     parser.add_argument("--call-generated", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
@@ -137,7 +137,8 @@ def main() -> None:
     print(f"machine: {_load()}")
     if not args.skip_stage:
         _stage_part(args)
-    _finalize_part(args)
+    if args.calls > 0:
+        _finalize_part(args)
     print(f"machine after: {_load()}")
 
 
