@@ -131,13 +131,16 @@ async def read_json_object(
     def parse(text: bytes) -> Any:
         # Checked before parsing: a record nested deeper than the encoder can
         # write back would otherwise be refused only after its capture froze.
-        depth = json_depth(text)
-        if depth > MAX_JSON_DEPTH:
-            raise HttpError(
-                invalid_status,
-                f"request body JSON nests {depth} levels deep; "
-                f"at most {MAX_JSON_DEPTH} are accepted",
-            )
+        # A body with no more openers than the limit cannot nest deeper: two C
+        # counts spare the small bodies of the model server's hot path the scan.
+        if text.count(b"[") + text.count(b"{") > MAX_JSON_DEPTH:
+            depth = json_depth(text)
+            if depth > MAX_JSON_DEPTH:
+                raise HttpError(
+                    invalid_status,
+                    f"request body JSON nests {depth} levels deep; "
+                    f"at most {MAX_JSON_DEPTH} are accepted",
+                )
         return loads_exact_json(text, allow_non_finite=allow_non_finite)
 
     if require_json_media_type:

@@ -296,6 +296,22 @@ async def test_large_match_is_zstd_when_asked(store: Any, wire: httpx.AsyncClien
     assert answer.json()["match"]["cumulative_token_ids"] == [*range(5000), 7]
 
 
+async def test_compact_match_is_sent_uncompressed(store: Any, wire: httpx.AsyncClient) -> None:
+    """The compact answer (already dense) is never zstd, even to a client that accepts it."""
+    talk = Conversation("r1")
+    await _commit(store, talk.call("call-1", "sunny", new_prompt=list(range(5000)), generation=[7]))
+    body = {
+        "fingerprint_version": FINGERPRINT_VERSION,
+        "fingerprint": assistant_fingerprint(talk.items),
+        "context_digests": context_digests(talk.items),
+    }
+    answer = await wire.post(
+        RESOLVE.format("r1") + "?tokens=compact", json=body, headers={"Accept-Encoding": "zstd"}
+    )
+    assert "content-encoding" not in answer.headers
+    assert _decoded(answer.json()["match"]["cumulative_tokens"]) == [*range(5000), 7]
+
+
 async def test_large_rollout_resolves_the_same(store: Any, resolver: HttpLineageResolver) -> None:
     """A rollout past the in-thread threshold (325k tokens) resolves its last call."""
     talk = Conversation("r1")
