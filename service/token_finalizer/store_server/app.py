@@ -8,6 +8,7 @@ with Gym's own refusals, is `control_route`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
 from fastapi import FastAPI, Request
@@ -113,32 +114,39 @@ def _check_roles(app: FastAPI) -> None:
         raise RuntimeError(f"store routes without a role in ROUTE_ROLES: {', '.join(missing)}")
 
 
-def create_store_app(
-    store: CaptureStore,
-    *,
-    token: str | None = None,
-    tokens: StoreTokens | None = None,
-    max_body_bytes: int = STORE_MAX_BODY_BYTES,
-) -> FastAPI:
-    """Serve protocol v1 over `store`, a local memory, file or redis store.
+BodyReader = Callable[..., Awaitable[JsonBody]]
 
-    The routes call its put, mark_incomplete, begin_call, freeze_lines, drop
-    and resolve_lineage (read-only), and its staging methods. With `tokens`,
-    every path but /health needs `Authorization: Bearer <token>` of a token
-    holding the route's role (401 for an unknown token, 403 for a wrong role);
-    `token` is one token holding every role. NeMo Gym's control route is
-    mounted only when a control (or shared) token is configured, and checks
-    it itself. Request bodies over `max_body_bytes` are refused with 413. The
-    caller owns `store` and closes it.
-    """
-    access = tokens or StoreTokens()
-    if token is not None:
-        access = StoreTokens(
-            writer=access.writer,
-            finalizer=access.finalizer,
-            control=access.control,
-            shared=(*access.shared, token),
+
+def _body_reader(max_body_bytes: int) -> BodyReader:
+    """The store's one way of reading a body: an object, 422 when it is not, 413 past the limit."""
+
+    async def read(request: Request, *, allow_empty: bool = False) -> JsonBody:
+        return await read_json_object(
+            request,
+            limit=max_body_bytes,
+            invalid_status=422,
+            allow_empty=allow_empty,
+            allow_non_finite=True,
         )
+
+    return read
+
+
+def _access(token: str | None, tokens: StoreTokens | None) -> StoreTokens:
+    """The role tokens, with the single `token` (if any) holding every role."""
+    access = tokens or StoreTokens()
+    if token is None:
+        return access
+    return StoreTokens(
+        writer=access.writer,
+        finalizer=access.finalizer,
+        control=access.control,
+        shared=(*access.shared, token),
+    )
+
+
+def _app_with_guards(access: StoreTokens) -> FastAPI:
+    """The bare app: the status table, the bearer check by role, the access log."""
     app = FastAPI(
         title="token-finalizer capture store",
         summary="Remote capture store, protocol v1",
@@ -162,15 +170,11 @@ def create_store_app(
         )
     # One JSON line per request, probes (/health) at debug level only.
     app.add_middleware(AccessLogMiddleware)
+    return app
 
-    async def _read(request: Request, *, allow_empty: bool = False) -> JsonBody:
-        return await read_json_object(
-            request,
-            limit=max_body_bytes,
-            invalid_status=422,
-            allow_empty=allow_empty,
-            allow_non_finite=True,
-        )
+
+def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> None:
+    """/health and protocol v1's token-capture routes (docs/store-protocol.md#calls)."""
 
     @app.get("/health")
     async def health() -> Response:
@@ -186,8 +190,7 @@ def create_store_app(
     @app.post(PROTOCOL_PREFIX + "/drop")
     async def drop(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        body = (await _read(request)).data
-        snapshot_id, version = drop_target(body)
+        snapshot_id, version = drop_target((await read(request)).data)
         dropped = await store.drop(rollout_id, snapshot_id=snapshot_id, version=version)
         return json_response({"dropped": bool(dropped)})
 
@@ -195,21 +198,21 @@ def create_store_app(
     async def put_call(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         model_call_id = check_model_call_id(path_call_id(request.scope))
-        body = (await _read(request)).data
+        body = (await read(request)).data
         await store.put(call_entry(body, rollout_id, model_call_id))
         return json_response({"stored": True})
 
     @app.post(PROTOCOL_PREFIX + "/incomplete")
     async def mark_incomplete(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        body = (await _read(request, allow_empty=True)).data
+        body = (await read(request, allow_empty=True)).data
         await store.mark_incomplete(rollout_id, optional_call_id(body))
         return json_response({"incomplete": True})
 
     @app.post(PROTOCOL_PREFIX + "/intents")
     async def begin_call(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        body = (await _read(request)).data
+        body = (await read(request)).data
         await store.begin_call(rollout_id, required_call_id(body))
         return json_response({"announced": True})
 
@@ -217,19 +220,36 @@ def create_store_app(
     async def resolve_lineage(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         compact = token_form(request.query_params)
-        body = (await _read(request)).data
-        return await resolve_answer(
-            store,
-            rollout_id,
-            resolve_request(body),
-            request.headers.get("accept-encoding"),
-            compact=compact,
-        )
+        query = resolve_request((await read(request)).data)
+        accept_encoding = request.headers.get("accept-encoding")
+        return await resolve_answer(store, rollout_id, query, accept_encoding, compact=compact)
 
-    install_staging_routes(app, store, _read)
+
+def create_store_app(
+    store: CaptureStore,
+    *,
+    token: str | None = None,
+    tokens: StoreTokens | None = None,
+    max_body_bytes: int = STORE_MAX_BODY_BYTES,
+) -> FastAPI:
+    """Serve protocol v1 over `store`, a local memory, file or redis store.
+
+    The routes call its put, mark_incomplete, begin_call, freeze_lines, drop
+    and resolve_lineage (read-only), and its staging methods. With `tokens`,
+    every path but /health needs `Authorization: Bearer <token>` of a token
+    holding the route's role (401 for an unknown token, 403 for a wrong role);
+    `token` is one token holding every role. NeMo Gym's control route is
+    mounted only when a control (or shared) token is configured, and checks
+    it itself. Request bodies over `max_body_bytes` are refused with 413. The
+    caller owns `store` and closes it.
+    """
+    access = _access(token, tokens)
+    app = _app_with_guards(access)
+    read = _body_reader(max_body_bytes)
+    _install_capture_routes(app, store, read)
+    install_staging_routes(app, store, read)
     if access.control or access.shared:
         # Gym's control route requires a token; a finalizer may read manifests too.
         install_control_route(app, store, (*access.control, *access.finalizer, *access.shared))
-
     _check_roles(app)
     return app
