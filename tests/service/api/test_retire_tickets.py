@@ -38,6 +38,14 @@ def keyed(make_settings: SettingsFactory) -> Iterator[httpx.Client]:
         yield client
 
 
+@pytest.fixture
+def ticket(keyed: httpx.Client, write_capture: CaptureWriter) -> dict[str, Any]:
+    """The `retire` object of a clean build of capture r-1, finalized by `keyed`."""
+    write_capture("r-1")
+    answer: dict[str, Any] = _finalize(keyed, "r-1")["retire"]
+    return answer
+
+
 def _finalize(client: httpx.Client, rollout_id: str) -> dict[str, Any]:
     response = client.post("/finalize", json=record_for(rollout_id))
     response.raise_for_status()
@@ -75,10 +83,8 @@ def test_valid_ticket_retires(
     assert stored_state(file_store, "r-1").retired is True
 
 
-def test_valid_ticket_retires_again(keyed: httpx.Client, write_capture: CaptureWriter) -> None:
+def test_valid_ticket_retires_again(keyed: httpx.Client, ticket: dict[str, Any]) -> None:
     """Presenting a ticket whose snapshot is already retired answers true again (idempotent)."""
-    write_capture("r-1")
-    ticket = _finalize(keyed, "r-1")["retire"]
     keyed.post("/retire", json=ticket)
     response = keyed.post("/retire", json=ticket)
     assert (response.status_code, response.json()) == (200, {"retired": True})
@@ -139,14 +145,12 @@ def test_ticket_grafted_from_another_rollout_is_403(
 )
 def test_edited_ticket_is_403(
     keyed: httpx.Client,
-    write_capture: CaptureWriter,
+    ticket: dict[str, Any],
     file_store: FileTokenStore,
     field: str,
     edit: Any,
 ) -> None:
     """A ticket with any field edited does not verify: 403, and nothing is retired."""
-    write_capture("r-1")
-    ticket = _finalize(keyed, "r-1")["retire"]
     response = keyed.post("/retire", json={**ticket, field: edit(ticket[field])})
     assert response.status_code == 403
     assert "does not verify" in response.json()["error"]
@@ -154,12 +158,10 @@ def test_edited_ticket_is_403(
 
 
 def test_ticket_from_another_key_is_403(
-    keyed: httpx.Client, write_capture: CaptureWriter, file_store: FileTokenStore
+    keyed: httpx.Client, ticket: dict[str, Any], file_store: FileTokenStore
 ) -> None:
     """A ticket for the real snapshot, signed under another key, is 403."""
-    write_capture("r-1")
-    genuine = _finalize(keyed, "r-1")["retire"]
-    fields = {k: genuine[k] for k in ("rollout_id", "source", "snapshot_id", "version")}
+    fields = {k: ticket[k] for k in ("rollout_id", "source", "snapshot_id", "version")}
     forged = TicketSigner(b"not-the-service-key").issue(**fields)
     assert keyed.post("/retire", json=forged).status_code == 403
     assert _kept(file_store, "r-1")
@@ -169,11 +171,9 @@ def test_ticket_from_another_key_is_403(
 
 
 def test_ticket_replayed_after_mark_incomplete_is_409(
-    keyed: httpx.Client, write_capture: CaptureWriter, file_store: FileTokenStore
+    keyed: httpx.Client, ticket: dict[str, Any], file_store: FileTokenStore
 ) -> None:
     """After a mark_incomplete the ticket's version is gone: 409, retired false, capture kept."""
-    write_capture("r-1")
-    ticket = _finalize(keyed, "r-1")["retire"]
     anyio.run(file_store.mark_incomplete, "r-1", "call-late")
     response = keyed.post("/retire", json=ticket)
     assert (response.status_code, response.json()["retired"]) == (409, False)
@@ -205,11 +205,9 @@ def test_ticket_replayed_after_a_new_line_is_409(
 
 
 def test_refused_late_put_leaves_the_ticket_valid(
-    keyed: httpx.Client, write_capture: CaptureWriter, file_store: FileTokenStore
+    keyed: httpx.Client, ticket: dict[str, Any], file_store: FileTokenStore
 ) -> None:
     """A put refused because the capture is frozen changes nothing: the ticket still retires."""
-    write_capture("r-1")
-    ticket = _finalize(keyed, "r-1")["retire"]
     with pytest.raises(CaptureFrozen):
         anyio.run(file_store.put, make_entry("r-1", "late", [1], [2]))
     assert keyed.post("/retire", json=ticket).json() == {"retired": True}
