@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from tests.support.captures import record_for
-from tests.support.servers import free_port, wait_for_health
+from tests.support.servers import free_port, stop_process, wait_for_health
 from token_finalizer.core.staging import StagedCallRecord, build_staged_call
 
 __all__ = [
@@ -54,13 +54,7 @@ def _stop(process: subprocess.Popen) -> None:
     The server runs in its own session, so its process group holds the workers
     too: none can outlive the benchmark, even if the parent dies first.
     """
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop_process(process, timeout=STOP_TIMEOUT_S)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
 

@@ -12,10 +12,10 @@ import asyncio
 import contextlib
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +25,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.servers import free_port, wait_for_health
+from tests.support.servers import free_port, running_process
 from token_finalizer._constants import (
     BODY_TIMEOUT_ENV_VAR,
     CONNECTION_FD_RESERVE,
@@ -77,24 +77,11 @@ def _serving(
         if open_files is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
 
-    with tempfile.TemporaryFile() as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "token_finalizer.cli", *args],
-            env={**os.environ, **(env or {})},
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            preexec_fn=limit_open_files,
-        )
-        try:
-            try:
-                wait_for_health(f"http://127.0.0.1:{port}/health", process=process)
-            except (RuntimeError, TimeoutError) as exc:
-                output.seek(0)
-                raise RuntimeError(f"{exc}; output:\n{output.read().decode()[-4000:]}") from None
-            yield Server("127.0.0.1", port, process)
-        finally:
-            process.kill()
-            process.wait()
+    running = running_process(
+        args, port=port, env=env, stop_signal=signal.SIGKILL, preexec_fn=limit_open_files
+    )
+    with running as process:
+        yield Server("127.0.0.1", port, process)
 
 
 @pytest.fixture(scope="module")

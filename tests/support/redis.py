@@ -24,7 +24,7 @@ from pathlib import Path
 
 import redis
 
-from tests.support.servers import free_port
+from tests.support.servers import free_port, stop_process
 
 __all__ = [
     "REDIS_URL_ENV_VAR",
@@ -76,17 +76,6 @@ def redis_url() -> str:
     return url
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop one redis-server this module started (SIGTERM, then SIGKILL)."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @contextlib.contextmanager
 def private_redis_server(directory: Path) -> Iterator[str]:
     """A throwaway `redis-server` on a free loopback port until the block ends; its URL.
@@ -112,7 +101,7 @@ def private_redis_server(directory: Path) -> Iterator[str]:
             time.sleep(0.05)
         yield url
     finally:
-        _stop(process)
+        stop_process(process, timeout=_STOP_TIMEOUT_S)
 
 
 @contextlib.contextmanager
