@@ -41,6 +41,7 @@ from tests.support.redis_processes import (
     RedisProcess,
     check_redis_version,
     free_ports,
+    needs_redis_server,
     plain_client,
     redis_server_available,
 )
@@ -48,6 +49,7 @@ from tests.support.redis_processes import (
 __all__ = [
     "Node",
     "RedisCluster",
+    "needs_redis_server",
     "redis_server_available",
 ]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
 
+import pytest
 import redis
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "RedisProcess",
     "check_redis_version",
     "free_ports",
+    "needs_redis_server",
     "plain_client",
     "redis_server_available",
 ]
@@ -44,6 +46,12 @@ _ANSWER_WAIT_S = 10.0
 def redis_server_available() -> bool:
     """True when both `redis-server` and `redis-cli` are on PATH (skip reason otherwise)."""
     return shutil.which("redis-server") is not None and shutil.which("redis-cli") is not None
+
+
+# The mark of every test module that starts redis-server processes of its own.
+needs_redis_server = pytest.mark.skipif(
+    not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
+)
 
 
 def check_redis_version(minimum_major: int) -> None:
