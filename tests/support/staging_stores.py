@@ -70,6 +70,18 @@ class Conversation:
             items += [_user(earlier), _assistant(earlier)]
         return [*items, _user(index)]
 
+    def staged_match(self, index: int) -> dict[str, Any]:
+        """The resolve answer's match naming row `index` (0-based): a staged row carries no ids."""
+        record = self.records[index]
+        return {
+            "model_call_id": record.model_call_id,
+            "cumulative_token_ids": [],
+            "digest": record.cumulative_hash,
+            "staging_chain": self.rows[index]["staging_chain"],
+            "prev_len": record.cum_len,
+            "chain_hash": record.chain_hash,
+        }
+
     def add(self, call_id: str, *, extras: dict[str, Any] | None = None) -> StagedCallRecord:
         """Append the next call: its staged record and its committed ledger row."""
         index = len(self.records)
