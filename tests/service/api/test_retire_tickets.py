@@ -17,7 +17,6 @@ import anyio
 import httpx
 import orjson
 import pytest
-from fastapi import FastAPI
 
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
 from tests.support.asgi import in_process
@@ -216,15 +215,17 @@ def test_refused_late_put_leaves_the_ticket_valid(
 # -- keys across replicas --------------------------------------------------------------------
 
 
-def _replicas(
+def _across_replicas(
     make_settings: SettingsFactory, key_a: str | None, key_b: str | None
-) -> tuple[FastAPI, FastAPI]:
-    """Two apps ("replicas") over the same capture directory, with the given retire keys."""
+) -> httpx.Response:
+    """Two apps ("replicas") over the same capture directory, with the given retire keys:
+    r-1 finalized on the first, its ticket presented to the second; the second's answer."""
 
     def settings(key: str | None) -> Settings:
         return make_settings(retire={"key": key}) if key else make_settings()
 
-    return create_app(settings(key_a)), create_app(settings(key_b))
+    with in_process(create_app(settings(key_a))) as a, in_process(create_app(settings(key_b))) as b:
+        return b.post("/retire", json=_finalize(a, "r-1")["retire"])
 
 
 def test_replicas_sharing_a_key_accept_each_others_tickets(
@@ -232,10 +233,7 @@ def test_replicas_sharing_a_key_accept_each_others_tickets(
 ) -> None:
     """A ticket minted by one replica retires on another configured with the same key."""
     write_capture("r-1")
-    app_a, app_b = _replicas(make_settings, KEY, KEY)
-    with in_process(app_a) as a, in_process(app_b) as b:
-        ticket = _finalize(a, "r-1")["retire"]
-        response = b.post("/retire", json=ticket)
+    response = _across_replicas(make_settings, KEY, KEY)
     assert (response.status_code, response.json()) == (200, {"retired": True})
     assert stored_state(file_store, "r-1").retired is True
 
@@ -245,10 +243,7 @@ def test_replicas_with_different_keys_refuse_each_others_tickets(
 ) -> None:
     """A ticket minted under one key is 403 on a replica configured with another key."""
     write_capture("r-1")
-    app_a, app_b = _replicas(make_settings, KEY, KEY + "-rotated")
-    with in_process(app_a) as a, in_process(app_b) as b:
-        ticket = _finalize(a, "r-1")["retire"]
-        response = b.post("/retire", json=ticket)
+    response = _across_replicas(make_settings, KEY, KEY + "-rotated")
     assert response.status_code == 403
     assert _kept(file_store, "r-1")
 
@@ -290,10 +285,7 @@ def test_without_retire_key_replicas_refuse_each_others_tickets(
 ) -> None:
     """Two apps with no `retire.key` each sign with their own random key: 403 across them."""
     write_capture("r-1")
-    app_a, app_b = _replicas(make_settings, None, None)
-    with in_process(app_a) as a, in_process(app_b) as b:
-        ticket = _finalize(a, "r-1")["retire"]
-        response = b.post("/retire", json=ticket)
+    response = _across_replicas(make_settings, None, None)
     assert response.status_code == 403
     assert _kept(file_store, "r-1")
 
