@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from bench._common import staged_chain
-from tests.support.redis import redis_url, unique_prefix
+from tests.support.redis import store_backend
 from tests.support.servers import free_port, running_process
 from token_finalizer_client import HttpStagingSink
 
@@ -76,11 +76,7 @@ def _rollout(calls: int, prompt: int, generated: int, seed: int) -> list[dict[st
 def staging_store(backend: str, directory: Path) -> Iterator[str]:
     """`store serve` over a directory or over Redis (a prefix of its own); its base URL."""
     with ExitStack() as stack:
-        if backend == "dir":
-            options = ["--dir", str(directory)]
-        else:
-            prefix = stack.enter_context(unique_prefix(redis_url(), "bench-staging"))
-            options = ["--redis", redis_url(), "--key-prefix", prefix]
+        options = store_backend(stack, backend, directory, "bench-staging")
         port = free_port()
         args = ["store", "serve", *options, "--port", str(port), "--writer-token", WRITER]
         stack.enter_context(running_process([*args, "--finalizer-token", "bench-f"], port=port))

@@ -16,15 +16,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from tests.support.redis import redis_url as find_redis_url
-from tests.support.redis import unique_prefix
+from tests.support.redis import store_backend
 from tests.support.servers import free_port, running_process
 from tests.support.staging_stores import Conversation, query_of
 from token_finalizer.cli import main
@@ -53,12 +51,8 @@ def pair(
 ) -> Iterator[Pair]:
     """Two `store serve` processes over one directory, then over one Redis key prefix."""
     with ExitStack() as stack:
-        if request.param == "dir":
-            directory: Path = tmp_path_factory.mktemp("staging-pair")
-            backend = ["--dir", str(directory)]
-        else:
-            prefix = stack.enter_context(unique_prefix(find_redis_url(), "staging"))
-            backend = ["--redis", find_redis_url(), "--key-prefix", prefix]
+        directory = tmp_path_factory.mktemp("staging-pair")
+        backend = store_backend(stack, request.param, directory, "staging")
         bases = []
         for _ in range(2):
             port = free_port()

@@ -34,6 +34,7 @@ __all__ = [
     "private_redis_server",
     "redis_url",
     "session_redis",
+    "store_backend",
     "unique_prefix",
 ]
 
@@ -153,3 +154,14 @@ def unique_prefix(url: str, label: str = "test") -> Iterator[str]:
         yield prefix
     finally:
         delete_prefix(url, prefix)
+
+
+def store_backend(
+    stack: contextlib.ExitStack, kind: str, directory: Path, label: str = "test"
+) -> list[str]:
+    """The `store serve` options of a backend: `directory` ("dir"), or a key prefix of its own
+    (named after `label`) on the test Redis ("redis"), deleted when `stack` closes."""
+    if kind == "dir":
+        return ["--dir", str(directory)]
+    prefix = stack.enter_context(unique_prefix(redis_url(), label))
+    return ["--redis", redis_url(), "--key-prefix", prefix]
