@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmarks: the CLI server as a subprocess, raw HTTP/1.1.
+"""Helpers shared by the benchmarks: the CLI server as a subprocess, raw HTTP/1.1, staged chains.
 
 The load generators speak HTTP/1.1 over asyncio streams rather than through
 httpx so that they cost the shared 2 cores as little as possible.
@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from tests.support.captures import record_for
-from tests.support.servers import free_port, wait_for_health
+from tests.support.servers import free_port, stop_process, wait_for_health
+from token_finalizer.core.staging import StagedCallRecord, build_staged_call
 
 __all__ = [
     "RawResponse",
@@ -30,6 +32,7 @@ __all__ = [
     "read_response",
     "running_service",
     "serving",
+    "staged_chain",
 ]
 
 # uvicorn waits up to 30 s for in-flight requests on SIGTERM (GRACEFUL_SHUTDOWN_S).
@@ -51,13 +54,7 @@ def _stop(process: subprocess.Popen) -> None:
     The server runs in its own session, so its process group holds the workers
     too: none can outlive the benchmark, even if the parent dies first.
     """
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    stop_process(process, timeout=STOP_TIMEOUT_S)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
 
@@ -144,3 +141,40 @@ async def read_response(reader: asyncio.StreamReader) -> RawResponse:
 async def read_answer(reader: asyncio.StreamReader) -> int:
     """Read one answer; only its status is kept."""
     return (await read_response(reader)).status
+
+
+def staged_chain(
+    rollout_id: str,
+    calls: int,
+    carry: int,
+    generated: int,
+    *,
+    seed: int,
+    weight_version: int | None = None,
+) -> list[StagedCallRecord]:
+    """`calls` chained staged calls, root first, each `carry` new prompt tokens on the last.
+
+    Each call generates `generated` tokens with log probabilities (random ids
+    below 150 000 from `seed`); its weight version is `weight_version`, or a new
+    one every 100 calls when None.
+    """
+    rng = np.random.default_rng(seed)
+    prompt = np.empty(0, dtype=np.int64)
+    parent: StagedCallRecord | None = None
+    staged = []
+    for index in range(calls):
+        prompt = np.concatenate([prompt, rng.integers(0, 150_000, carry)])
+        output = rng.integers(0, 150_000, generated)
+        record = build_staged_call(
+            rollout_id=rollout_id,
+            model_call_id=f"call-{index:04d}",
+            parent=parent,
+            prompt_token_ids=prompt,
+            generated_token_ids=output,
+            generated_log_probs=-rng.random(generated),
+            weight_version=index // 100 if weight_version is None else weight_version,
+        )
+        prompt = np.concatenate([prompt, output])
+        staged.append(record)
+        parent = record
+    return staged

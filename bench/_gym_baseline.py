@@ -152,18 +152,7 @@ def stamp_entry(call: ModelCall, resolution: Any, delta: bool) -> GymStyleEntry:
     continuation fields, a delta prompt when the prompt extends the match's
     ids, the full sequence's cum_len and digest, and the parent decision.
     """
-    entry = GymStyleEntry(
-        rollout_id=call.rollout_id,
-        model_call_id=call.model_call_id,
-        model="policy",
-        prompt_token_ids=call.prompt_token_ids,
-        generation_token_ids=call.generation_token_ids,
-        generation_log_probs=call.generation_log_probs,
-        output_items=call.output_items,
-        token_item_index=0,
-        response_id=f"resp-{call.rollout_id}-{call.model_call_id}",
-        created_at=1_790_000_000.0 + call.turn,
-    )
+    entry = GymStyleEntry(**call.entry_fields())
     entry.continuation_fingerprint = assistant_fingerprint(
         [*call.request_items, *call.output_items]
     )

@@ -16,15 +16,16 @@ import json
 import subprocess
 from pathlib import Path
 
-__all__ = ["reference_times"]
+__all__ = ["REFERENCE_PACKAGE", "reference_times"]
 
-# argv: the wheel's nemo_gym directory, the capture directory, the rollout id, rounds.
-_SCRIPT = r"""
-import asyncio, importlib, json, shutil, sys, tempfile, time
+# The start of every script the reference interpreter runs (argv[1]: the wheel's nemo_gym
+# directory): the wheel's token_id_capture package under a stub `nemo_gym` package in a
+# temporary directory `work`, first on sys.path. The script removes `work` when done.
+REFERENCE_PACKAGE = r"""
+import importlib, shutil, sys, tempfile
 from pathlib import Path
 
-wheel, capture = Path(sys.argv[1]), Path(sys.argv[2])
-rollout_id, rounds = sys.argv[3], int(sys.argv[4])
+wheel = Path(sys.argv[1])
 work = Path(tempfile.mkdtemp())
 package = work / "nemo_gym"
 package.mkdir()
@@ -37,6 +38,16 @@ package.mkdir()
 shutil.copy(wheel / "rollout_correlation.py", package)
 shutil.copytree(wheel / "token_id_capture", package / "token_id_capture")
 sys.path.insert(0, str(work))
+"""
+
+# After REFERENCE_PACKAGE; argv: the wheel's nemo_gym directory, the capture directory,
+# the rollout id, rounds.
+_SCRIPT = (
+    REFERENCE_PACKAGE
+    + r"""
+import asyncio, json, time
+
+capture, rollout_id, rounds = Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 delivery = importlib.import_module("nemo_gym.token_id_capture.delivery")
 store_module = importlib.import_module("nemo_gym.token_id_capture.store")
 times = []
@@ -59,6 +70,7 @@ for _ in range(rounds):
 shutil.rmtree(work)
 print(json.dumps({"times": times}))
 """
+)
 
 
 def reference_times(

@@ -98,18 +98,7 @@ class _WheelSide:
     def entry(self, call: ModelCall, resolution: Any, delta: bool) -> Any:
         """As 0.7's capture_tokens + commit_entry build it (delta split included)."""
         records = self._records
-        entry = records.TokenEntry(
-            rollout_id=call.rollout_id,
-            model_call_id=call.model_call_id,
-            model="policy",
-            prompt_token_ids=call.prompt_token_ids,
-            generation_token_ids=call.generation_token_ids,
-            generation_log_probs=call.generation_log_probs,
-            output_items=call.output_items,
-            token_item_index=0,
-            response_id=f"resp-{call.rollout_id}-{call.model_call_id}",
-            created_at=1_790_000_000.0 + call.turn,
-        )
+        entry = records.TokenEntry(**call.entry_fields())
         self._lineage_module.stamp_continuation(entry, list(call.request_items))
         match = resolution.match
         cumulative = None

@@ -69,6 +69,22 @@ class ModelCall:
     parent_call_id: str | None  # the call a correct resolver must find (None: a root)
     parent_cumulative: list[int]  # that call's prompt + generation ([] for a root)
 
+    def entry_fields(self) -> dict[str, Any]:
+        """The fields of the TokenEntry a 0.7 model server builds from this call's response
+        (before stamping), the same for the wheel and for bench/_gym_baseline.py."""
+        return {
+            "rollout_id": self.rollout_id,
+            "model_call_id": self.model_call_id,
+            "model": "policy",
+            "prompt_token_ids": self.prompt_token_ids,
+            "generation_token_ids": self.generation_token_ids,
+            "generation_log_probs": self.generation_log_probs,
+            "output_items": self.output_items,
+            "token_item_index": 0,
+            "response_id": f"resp-{self.rollout_id}-{self.model_call_id}",
+            "created_at": 1_790_000_000.0 + self.turn,
+        }
+
 
 @dataclass
 class RolloutScript:

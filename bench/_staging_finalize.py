@@ -36,7 +36,8 @@ from typing import Any
 
 import anyio
 
-from bench.staging_verify import REFERENCE_PACKAGE, ROLLOUT, _manifest_row, _staged_rollout
+from bench._gym_reference import REFERENCE_PACKAGE
+from bench.staging_verify import ROLLOUT, _manifest_row, _staged_rollout
 from tests.support.servers import free_port, running_process
 from token_finalizer import FileTokenStore
 from token_finalizer.core.staging import commit_row

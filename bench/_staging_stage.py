@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
-from tests.support.redis import redis_url, unique_prefix
+from bench._common import staged_chain
+from tests.support.redis import store_backend
 from tests.support.servers import free_port, running_process
-from token_finalizer.core.staging import StagedCallRecord, build_staged_call
 from token_finalizer_client import HttpStagingSink
 
 __all__ = ["StageRun", "run_stage_bench", "staging_store"]
@@ -68,38 +67,16 @@ class StageRun:
 
 def _rollout(calls: int, prompt: int, generated: int, seed: int) -> list[dict[str, Any]]:
     """One rollout's staged calls as wire JSON, root first (the worker's hashing done here)."""
-    rng = np.random.default_rng(seed)
     rollout_id = f"bench-{uuid.uuid4().hex[:12]}"
-    context = np.empty(0, dtype=np.int64)
-    parent: StagedCallRecord | None = None
-    records = []
-    for index in range(calls):
-        context = np.concatenate([context, rng.integers(0, 150_000, prompt)])
-        output = rng.integers(0, 150_000, generated)
-        record = build_staged_call(
-            rollout_id=rollout_id,
-            model_call_id=f"call-{index}",
-            parent=parent,
-            prompt_token_ids=context,
-            generated_token_ids=output,
-            generated_log_probs=-rng.random(generated),
-            weight_version=1,
-        )
-        records.append(orjson.loads(orjson.dumps(record.to_json())))
-        context = np.concatenate([context, output])
-        parent = record
-    return records
+    chain = staged_chain(rollout_id, calls, prompt, generated, seed=seed, weight_version=1)
+    return [orjson.loads(orjson.dumps(record.to_json())) for record in chain]
 
 
 @contextmanager
 def staging_store(backend: str, directory: Path) -> Iterator[str]:
     """`store serve` over a directory or over Redis (a prefix of its own); its base URL."""
     with ExitStack() as stack:
-        if backend == "dir":
-            options = ["--dir", str(directory)]
-        else:
-            prefix = stack.enter_context(unique_prefix(redis_url(), "bench-staging"))
-            options = ["--redis", redis_url(), "--key-prefix", prefix]
+        options = store_backend(stack, backend, directory, "bench-staging")
         port = free_port()
         args = ["store", "serve", *options, "--port", str(port), "--writer-token", WRITER]
         stack.enter_context(running_process([*args, "--finalizer-token", "bench-f"], port=port))

@@ -45,9 +45,8 @@ from typing import Any
 
 import stamina
 
-from bench.scaleout import WARMUP_ROLLOUTS, WRITE_CONCURRENCY, finalizers, load
+from bench.scaleout import WARMUP_ROLLOUTS, finalizers, load, put_small_rollouts
 from bench.service import SMALL_CALLS, SMALL_TOKENS_PER_TURN
-from tests.support.captures import agent_rollout
 from tests.support.cluster_workload import (
     Ledger,
     Workload,
@@ -91,10 +90,6 @@ def _source(urls: Sequence[str], cluster: bool, replicas: int, prefix: str) -> s
 async def _write_small(
     urls: Sequence[str], cluster: bool, replicas: int, prefix: str, count: int
 ) -> list[str]:
-    template = agent_rollout(
-        "template", calls=SMALL_CALLS, new_tokens_per_turn=SMALL_TOKENS_PER_TURN
-    )
-    rollout_ids = [f"small-{i:06d}" for i in range(count)]
     store = RedisTokenStore(
         urls=list(urls),
         cluster=cluster,
@@ -102,18 +97,7 @@ async def _write_small(
         min_replicas_acked=replicas,
         timeout_s=30,
     )
-    queue = iter(rollout_ids)
-
-    async def writer() -> None:
-        for rollout_id in queue:
-            for entry in template:
-                await store.put({**entry, "rollout_id": rollout_id})
-
-    try:
-        await asyncio.gather(*(writer() for _ in range(WRITE_CONCURRENCY)))
-    finally:
-        await store.close()
-    return rollout_ids
+    return await put_small_rollouts(store, count)
 
 
 def throughput(work: Path, clients: int, rollouts: int) -> None:

@@ -55,7 +55,7 @@ from bench._cluster_traffic import (
     rollout_keys,
     run_traffic,
 )
-from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_cluster import Node, RedisCluster
 
 POPULATION = 3000
 WARM_UP_S = 1.0
@@ -88,10 +88,16 @@ async def _reshard(cluster: RedisCluster, timeline: Timeline) -> None:
     timeline.mark("second reshard done")
 
 
-async def _failover(cluster: RedisCluster, timeline: Timeline) -> None:
+def _kill_a_primary(cluster: RedisCluster, timeline: Timeline) -> Node:
+    """SIGKILL the first primary (the fault's moment); the node killed."""
     victim = cluster.primaries_now()[0]
     timeline.fault = time.monotonic()
     cluster.kill_primary(victim)
+    return victim
+
+
+async def _failover(cluster: RedisCluster, timeline: Timeline) -> None:
+    victim = _kill_a_primary(cluster, timeline)
     await asyncio.to_thread(cluster.wait_failover, victim)
     timeline.mark("failover seen by every node")
     await asyncio.sleep(1.0)
@@ -100,9 +106,7 @@ async def _failover(cluster: RedisCluster, timeline: Timeline) -> None:
 
 
 async def _no_replica(cluster: RedisCluster, timeline: Timeline) -> None:
-    victim = cluster.primaries_now()[0]
-    timeline.fault = time.monotonic()
-    cluster.kill_primary(victim)
+    victim = _kill_a_primary(cluster, timeline)
     await asyncio.sleep(3.0)
     timeline.mark("restart begins")
     await asyncio.to_thread(cluster.restart, victim)
@@ -111,9 +115,7 @@ async def _no_replica(cluster: RedisCluster, timeline: Timeline) -> None:
 
 async def _seed(cluster: RedisCluster, timeline: Timeline) -> None:
     # The client was seeded with this node only (see `_client_for`).
-    victim = cluster.primaries_now()[0]
-    timeline.fault = time.monotonic()
-    cluster.kill_primary(victim)
+    victim = _kill_a_primary(cluster, timeline)
     await asyncio.to_thread(cluster.wait_failover, victim)
     timeline.mark("failover seen by every node")
 

@@ -36,14 +36,8 @@ NEW_TOKENS_PER_TURN = 1000  # 500 prompt tokens (tool output) + 500 generated
 GENERATION_SHARE = 0.5
 
 
-def write_capture(
-    directory: Path, rollout_id: str, calls: int, *, delta: bool, lineage: bool = True
-) -> int:
-    """Write one capture as JSONL lines (as model servers append them); its size in bytes.
-
-    `lineage`: as a NeMo Gym 0.7 writer stamps it (parents, digests); else as
-    the August 2026 writers did (a seed capture, parents found by prefix).
-    """
+def lineage_entries(rollout_id: str, calls: int, *, delta: bool) -> list[dict[str, Any]]:
+    """One agent rollout of `calls` calls, stamped as a NeMo Gym 0.7 writer stamps it."""
     entries = agent_rollout(
         rollout_id,
         calls=calls,
@@ -52,9 +46,28 @@ def write_capture(
     )
     ids = [entry["model_call_id"] for entry in entries]
     parents = {call: (ids[i - 1] if i else None) for i, call in enumerate(ids)}
+    return stamp_lineage(entries, parents, delta=delta)
+
+
+def write_capture(
+    directory: Path, rollout_id: str, calls: int, *, delta: bool, lineage: bool = True
+) -> int:
+    """Write one capture as JSONL lines (as model servers append them); its size in bytes.
+
+    `lineage`: as a NeMo Gym 0.7 writer stamps it (parents, digests); else as
+    the August 2026 writers did (a seed capture, parents found by prefix).
+    """
+    if lineage:
+        written = lineage_entries(rollout_id, calls, delta=delta)
+    else:
+        written = agent_rollout(
+            rollout_id,
+            calls=calls,
+            new_tokens_per_turn=NEW_TOKENS_PER_TURN,
+            generation_share=GENERATION_SHARE,
+        )
     path = directory / f"{rollout_id}.tokens.jsonl"
     with path.open("wb") as handle:
-        written = stamp_lineage(entries, parents, delta=delta) if lineage else entries
         for entry in written:
             handle.write(dumps_entry_line(entry) + b"\n")
     return path.stat().st_size

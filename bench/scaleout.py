@@ -43,11 +43,10 @@ import httpx
 import orjson
 
 from bench._common import _stop, finalize_request, read_answer
-from bench.lineage import GENERATION_SHARE, NEW_TOKENS_PER_TURN
+from bench.lineage import NEW_TOKENS_PER_TURN, lineage_entries
 from bench.lineage import write_capture as write_file_capture
-from bench.service import SMALL_CALLS, SMALL_TOKENS_PER_TURN, write_small_rollouts
-from tests.support.captures import agent_rollout, record_for
-from tests.support.lineage import stamp_lineage
+from bench.service import SMALL_CALLS, SMALL_TOKENS_PER_TURN, small_rollouts, write_small_rollouts
+from tests.support.captures import record_for
 from tests.support.redis import delete_prefix, redis_url, unique_prefix
 from tests.support.servers import free_port, wait_for_health
 from token_finalizer import FileTokenStore
@@ -95,13 +94,10 @@ def finalizers(config_text: str, work: Path, processes: int) -> Iterator[list[in
 # -- part (a): throughput --------------------------------------------------------------------
 
 
-async def _write_redis_small(url: str, prefix: str, count: int) -> list[str]:
-    """`count` small rollouts put into the redis store, as the store server would."""
-    template = agent_rollout(
-        "template", calls=SMALL_CALLS, new_tokens_per_turn=SMALL_TOKENS_PER_TURN
-    )
-    rollout_ids = [f"small-{i:06d}" for i in range(count)]
-    store = RedisTokenStore(url, key_prefix=prefix)
+async def put_small_rollouts(store: RedisTokenStore, count: int) -> list[str]:
+    """`count` small rollouts put into `store` by WRITE_CONCURRENCY tasks, as the store server
+    would; the store is closed after."""
+    rollout_ids, template = small_rollouts(count)
     queue = iter(rollout_ids)
 
     async def writer() -> None:
@@ -173,7 +169,9 @@ def throughput(work: Path, url: str, clients: int, rollouts: int) -> dict[tuple[
                     results[kind, processes] = asyncio.run(load(ports, rollout_ids, clients))
                 continue
             with unique_prefix(url, "scaleout") as prefix:
-                rollout_ids = asyncio.run(_write_redis_small(url, prefix, count))
+                rollout_ids = asyncio.run(
+                    put_small_rollouts(RedisTokenStore(url, key_prefix=prefix), count)
+                )
                 with finalizers(_config("redis", url, prefix), work, processes) as ports:
                     results[kind, processes] = asyncio.run(load(ports, rollout_ids, clients))
     print(
@@ -202,24 +200,12 @@ def throughput(work: Path, url: str, clients: int, rollouts: int) -> dict[tuple[
 # -- part (b): the 100-call rollout -----------------------------------------------------------
 
 
-def _lineage_entries(rollout_id: str, calls: int, *, delta: bool) -> list[dict[str, Any]]:
-    entries = agent_rollout(
-        rollout_id,
-        calls=calls,
-        new_tokens_per_turn=NEW_TOKENS_PER_TURN,
-        generation_share=GENERATION_SHARE,
-    )
-    ids = [entry["model_call_id"] for entry in entries]
-    parents = {call: (ids[i - 1] if i else None) for i, call in enumerate(ids)}
-    return stamp_lineage(entries, parents, delta=delta)
-
-
 async def _write_redis_lineage(url: str, prefix: str, calls: int, *, delta: bool) -> int:
     """The capture put call by call into the redis store; the bytes of its entry lines."""
     store = RedisTokenStore(url, key_prefix=prefix)
     size = 0
     try:
-        for entry in _lineage_entries("r", calls, delta=delta):
+        for entry in lineage_entries("r", calls, delta=delta):
             await store.put(entry)
             size += len(orjson.dumps(entry)) + 1
     finally:

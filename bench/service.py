@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -47,16 +48,21 @@ LARGE_ROUNDS = 3
 # -- setup ----------------------------------------------------------------------
 
 
+def small_rollouts(count: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """The ids of `count` small rollouts, and the entries every one of them repeats."""
+    template = agent_rollout(
+        "template", calls=SMALL_CALLS, new_tokens_per_turn=SMALL_TOKENS_PER_TURN
+    )
+    return [f"small-{i:06d}" for i in range(count)], template
+
+
 def write_small_rollouts(directory: Path, count: int) -> list[str]:
     """`count` small rollouts written as NeMo Gym writers do: one JSONL line per call.
 
     Lines appended outside the store's own `put` are indexed by the first
     freeze (docs/store-protocol.md), so every request of the benchmark pays that too.
     """
-    template = agent_rollout(
-        "template", calls=SMALL_CALLS, new_tokens_per_turn=SMALL_TOKENS_PER_TURN
-    )
-    rollout_ids = [f"small-{i:06d}" for i in range(count)]
+    rollout_ids, template = small_rollouts(count)
     for rollout_id in rollout_ids:
         lines = [dumps_entry_line({**entry, "rollout_id": rollout_id}) for entry in template]
         (directory / f"{rollout_id}.tokens.jsonl").write_bytes(b"\n".join(lines) + b"\n")

@@ -32,41 +32,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 
+from bench._common import staged_chain
+from bench._gym_reference import REFERENCE_PACKAGE
+from tests.support.staging_stores import manifest_row
 from token_finalizer.core.staging import (
     CallRecord,
     RolloutReceipt,
     StagedCallBaseSnapshot,
     StagedCallRecord,
-    build_staged_call,
     verify_and_linearize,
 )
 
 ROLLOUT = "bench-staging"
-
-# The start of every script the reference interpreter runs (argv[1]: the wheel's nemo_gym
-# directory): the wheel's token_id_capture package under a stub `nemo_gym` package in a
-# temporary directory `work`, first on sys.path. The script removes `work` when done.
-REFERENCE_PACKAGE = r"""
-import importlib, shutil, sys, tempfile
-from pathlib import Path
-
-wheel = Path(sys.argv[1])
-work = Path(tempfile.mkdtemp())
-package = work / "nemo_gym"
-package.mkdir()
-(package / "__init__.py").write_text("")
-(package / "config_types.py").write_text('ROLLOUT_PATH_PREFIX = "ng-rollout"\n')
-(package / "global_config.py").write_text(
-    'TASK_INDEX_KEY_NAME = "_ng_task_index"\nROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"\n'
-    'ATTEMPT_INDEX_KEY_NAME = "_ng_attempt_index"\nROLLOUT_ID_KEY_NAME = "_ng_rollout_id"\n'
-)
-shutil.copy(wheel / "rollout_correlation.py", package)
-shutil.copytree(wheel / "token_id_capture", package / "token_id_capture")
-sys.path.insert(0, str(work))
-"""
 
 # Run by the reference interpreter: argv = [wheel's nemo_gym dir, data file, rounds].
 _REFERENCE_SCRIPT = (
@@ -101,45 +80,11 @@ shutil.rmtree(work)
 
 
 def _staged_rollout(calls: int, carry: int, generated: int) -> list[StagedCallRecord]:
-    rng = np.random.default_rng(19)
-    prompt = np.empty(0, dtype=np.int64)
-    parent: StagedCallRecord | None = None
-    staged = []
-    for index in range(calls):
-        prompt = np.concatenate([prompt, rng.integers(0, 150_000, carry)])
-        output = rng.integers(0, 150_000, generated)
-        record = build_staged_call(
-            rollout_id=ROLLOUT,
-            model_call_id=f"call-{index:04d}",
-            parent=parent,
-            prompt_token_ids=prompt,
-            generated_token_ids=output,
-            generated_log_probs=-rng.random(generated),
-            weight_version=index // 100,
-        )
-        prompt = np.concatenate([prompt, output])
-        staged.append(record)
-        parent = record
-    return staged
+    return staged_chain(ROLLOUT, calls, carry, generated, seed=19)
 
 
 def _manifest_row(record: StagedCallRecord) -> CallRecord:
-    return CallRecord(
-        model_call_id=record.model_call_id,
-        parent_call_id=record.parent_call_id,
-        prev_len=record.prev_len,
-        delta_len=record.delta_len,
-        cum_len=record.cum_len,
-        weight_version=record.weight_version,
-        digest=record.digest,
-        extras_digest=record.extras_digest,
-        staging_key=record.staging_key,
-        mode=record.mode,
-        chain_hash=record.chain_hash,
-        cumulative_hash=record.cumulative_hash,
-        response_id=f"resp-{record.model_call_id}",
-        admitted_at=1000.0 + len(record.model_call_id),
-    )
+    return manifest_row(record, admitted_at=1000.0 + len(record.model_call_id))
 
 
 def _wire_data(staged: list[StagedCallRecord]) -> dict[str, Any]:

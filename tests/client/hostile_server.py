@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from tests.support.servers import free_port
+from tests.support.loopback_http import read_request, serving
 
 __all__ = ["Canned", "HostileServer"]
 
@@ -53,56 +52,17 @@ class HostileServer:
     def __init__(self, *answers: Canned) -> None:
         self.answers: Sequence[Canned] = answers or (Canned(),)
         self.requests: list[str] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[str]:
         """Yield the base URL; every connection is cut when the block ends."""
-        port = free_port()
-        ready = threading.Event()
-        stop: list[asyncio.Event] = []
-
-        async def serve() -> None:
-            server = await asyncio.start_server(self._connection, "127.0.0.1", port)
-            stop.append(asyncio.Event())
-            ready.set()
-            async with server:
-                await stop[0].wait()
-            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(serve())
-            self._loop.close()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        ready.wait(10)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(stop[0].set)
-            thread.join(10)
+        with serving(self._connection) as url:
+            yield url
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except asyncio.IncompleteReadError:
-                    return
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                length = 0
-                for line in lines[1:]:
-                    name, _, value = line.partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value)
-                await reader.readexactly(length)
+            while (request := await read_request(reader)) is not None:
+                method, target, _, _ = request
                 answer = self.answers[min(len(self.requests), len(self.answers) - 1)]
                 self.requests.append(f"{method} {target}")
                 await self._write(writer, answer)

@@ -9,12 +9,17 @@ length with the service's pure core, as a worker on a correct prefix would.
 from __future__ import annotations
 
 import random
+import sys
+import types
 from typing import Any
+
+import pytest
 
 from tests.support.staging_vectors import case_by_name
 from token_finalizer.core.staging import StagedCallRecord, build_staged_call
+from token_finalizer_client._gym_types import GYM_STAGING_RECORDS
 
-__all__ = ["staged_chain", "vector_attachments", "vector_records"]
+__all__ = ["gym_records_stand_in", "staged_chain", "vector_attachments", "vector_records"]
 
 
 def vector_records(scenario: str) -> dict[str, dict[str, Any]]:
@@ -66,3 +71,12 @@ def staged_chain(
         prompt = prompt + generation
         parent = record
     return records
+
+
+def gym_records_stand_in(monkeypatch: pytest.MonkeyPatch, **classes: type) -> None:
+    """Load a stand-in for NeMo Gym's staging records module, holding `classes` by name,
+    for the rest of the test (as if Gym were imported)."""
+    module = types.ModuleType(GYM_STAGING_RECORDS)
+    for name, cls in classes.items():
+        setattr(module, name, cls)
+    monkeypatch.setitem(sys.modules, GYM_STAGING_RECORDS, module)

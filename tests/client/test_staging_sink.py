@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 import threading
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +18,16 @@ import numpy as np
 import pydantic
 import pytest
 
-from tests.client.staged_calls import staged_chain, vector_attachments, vector_records
+from tests.client.staged_calls import (
+    gym_records_stand_in,
+    staged_chain,
+    vector_attachments,
+    vector_records,
+)
 from tests.client.staging_stand_in import StagingStoreStandIn
 from tests.support.servers import free_port, running_app
 from token_finalizer.core.staging import StagedCallRecord, hash_staged_call
 from token_finalizer_client import HttpStagingSink, StageResult
-from token_finalizer_client._gym_types import GYM_STAGING_RECORDS
 
 URL = "http://store.test"
 CLEAN = vector_records("clean_chain")
@@ -308,9 +310,7 @@ def test_gyms_stage_result_is_answered_when_gym_is_loaded(
     sink: HttpStagingSink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With Gym's staging records module in sys.modules, stage answers Gym's own class."""
-    module = types.ModuleType(GYM_STAGING_RECORDS)
-    module.StageResult = _GymStageResult  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, GYM_STAGING_RECORDS, module)
+    gym_records_stand_in(monkeypatch, StageResult=_GymStageResult)
     assert sink.stage(C1) == _GymStageResult(ok=True, staging_key="rollout-clean-chain/c1")
 
 
@@ -318,9 +318,7 @@ def test_gyms_class_also_carries_refusals(
     sink: HttpStagingSink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A refused stage is Gym's class too, with ok=False and the error."""
-    module = types.ModuleType(GYM_STAGING_RECORDS)
-    module.StageResult = _GymStageResult  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, GYM_STAGING_RECORDS, module)
+    gym_records_stand_in(monkeypatch, StageResult=_GymStageResult)
     result = sink.stage("not a record")
     assert type(result) is _GymStageResult and result.ok is False
 

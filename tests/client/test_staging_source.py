@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import textwrap
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.client.staged_calls import staged_chain, vector_attachments, vector_records
+from tests.client.staged_calls import (
+    gym_records_stand_in,
+    staged_chain,
+    vector_attachments,
+    vector_records,
+)
 from tests.client.staging_stand_in import StagingStoreStandIn
 from token_finalizer.core.staging import StagedCallRecord
 from token_finalizer_client import (
@@ -174,18 +178,14 @@ def test_gyms_snapshot_class_is_used_when_it_is_loaded(
     source: HttpStagingSource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With Gym's staging records in sys.modules, each snapshot is Gym's model_validate of it."""
-    module = types.ModuleType(GYM_STAGING_RECORDS)
-    module.StagedCallBaseSnapshot = _GymSnapshot  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, GYM_STAGING_RECORDS, module)
+    gym_records_stand_in(monkeypatch, StagedCallBaseSnapshot=_GymSnapshot)
     (snapshot,) = source.fetch(KEYS[:1])
     assert type(snapshot) is _GymSnapshot and snapshot.data == _base(KEYS[0])
 
 
 def test_gyms_refusal_of_a_snapshot_is_an_invalid_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """A snapshot Gym's model refuses raises InvalidAnswerError with Gym's message."""
-    module = types.ModuleType(GYM_STAGING_RECORDS)
-    module.StagedCallBaseSnapshot = _GymSnapshot  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, GYM_STAGING_RECORDS, module)
+    gym_records_stand_in(monkeypatch, StagedCallBaseSnapshot=_GymSnapshot)
     broken = {key: value for key, value in _base(KEYS[0]).items() if key != "digest"}
     source = _canned_source({"snapshots": [broken]})
     with source, pytest.raises(InvalidAnswerError, match="digest field required"):

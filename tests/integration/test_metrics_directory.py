@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.captures import record_for
-from tests.support.servers import free_port, wait_for_health
+from tests.support.servers import free_port, running_process
 from token_finalizer.service.metrics import MULTIPROC_DIR_ENV_VAR
 
 # A value file whose header claims 4096 bytes of entries in a file of 16: what a
@@ -37,27 +36,9 @@ def _serving(tmp_path: Path, metrics_dir: Path, *, workers: int = 1) -> Iterator
     port = free_port()
     log = tmp_path / f"serve-{port}.log"
     args = ["serve", "--config", str(config), "--port", str(port), "--workers", str(workers)]
-    env = {**os.environ, MULTIPROC_DIR_ENV_VAR: str(metrics_dir)}
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "token_finalizer.cli", *args],
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        try:
-            wait_for_health(f"http://127.0.0.1:{port}/health", process=process)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}; its output:\n{log.read_text()[-4000:]}") from None
+    env = {MULTIPROC_DIR_ENV_VAR: str(metrics_dir)}
+    with running_process(args, port=port, env=env, log=log):
         yield f"http://127.0.0.1:{port}", log
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _finalized(base: str, count: int, prefix: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from tests.support.captures import make_entry, record_for
-from tests.support.redis_cluster import RedisCluster, redis_server_available
+from tests.support.redis_cluster import RedisCluster, needs_redis_server
 from tests.support.redis_replicated import ReplicatedRedis
 from tests.support.servers import free_port, running_process
 from token_finalizer.core.build import Build, MaskReason
@@ -30,9 +30,7 @@ from token_finalizer.service.redis_guard import RedisMaskFractionGuard
 from token_finalizer.sources.redis import RedisTokenStore
 
 pytestmark = [
-    pytest.mark.skipif(
-        not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
-    ),
+    needs_redis_server,
     pytest.mark.anyio,
 ]
 
@@ -165,13 +163,6 @@ def test_store_server_answers_503_with_retry_after_while_unacknowledged(
 
 
 # -- the same on a cluster ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    """Three primaries, one replica each."""
-    with RedisCluster(primaries=3, replicas=1) as running:
-        yield running
 
 
 async def test_cluster_refuses_only_where_the_replica_is_paused(cluster: RedisCluster) -> None:

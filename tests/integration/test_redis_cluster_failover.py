@@ -24,13 +24,11 @@ import stamina
 
 from tests.support.captures import make_entry
 from tests.support.cluster_workload import Ledger, Workload, failover_during, lost, serving
-from tests.support.redis_cluster import RedisCluster, redis_server_available
+from tests.support.redis_cluster import RedisCluster, needs_redis_server
 from token_finalizer.sources.redis import RedisTokenStore
 from token_finalizer_client.transport import RetryPolicy
 
-pytestmark = pytest.mark.skipif(
-    not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
-)
+pytestmark = needs_redis_server
 
 WORKERS = 8
 WARM_UP_S = 1.0
@@ -40,13 +38,6 @@ AFTER_S = 2.0
 REDIS_TIMEOUT_S = 1.5
 # Generous: a caller must outlast the failover and the old primary's return.
 RETRIES = 30
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    """Three primaries, one replica each."""
-    with RedisCluster(primaries=3, replicas=1) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

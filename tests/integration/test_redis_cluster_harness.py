@@ -16,20 +16,11 @@ import pytest
 import redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from tests.support.redis_cluster import RedisCluster, redis_server_available
+from tests.support.redis_cluster import RedisCluster, needs_redis_server
 
-pytestmark = pytest.mark.skipif(
-    not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
-)
+pytestmark = needs_redis_server
 
 KEYS = [f"tf-harness:{{r{i}}}:state" for i in range(600)]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    """Three primaries, one replica each."""
-    with RedisCluster(primaries=3, replicas=1) as running:
-        yield running
 
 
 @pytest.fixture

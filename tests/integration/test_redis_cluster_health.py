@@ -31,15 +31,13 @@ import yaml
 
 from tests.support.asgi import in_process
 from tests.support.captures import make_entry, record_for
-from tests.support.redis_cluster import Node, RedisCluster, redis_server_available
+from tests.support.redis_cluster import Node, RedisCluster, needs_redis_server
 from tests.support.servers import free_port, running_process
 from token_finalizer.api import create_app
 from token_finalizer.settings import Settings, settings_from_mapping
 from token_finalizer.sources.redis import RedisTokenStore
 
-pytestmark = pytest.mark.skipif(
-    not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
-)
+pytestmark = needs_redis_server
 
 TIMEOUT_S = 1.0
 

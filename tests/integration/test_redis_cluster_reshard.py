@@ -21,25 +21,16 @@ import pytest
 
 from tests.support.captures import make_entry
 from tests.support.cluster_workload import Ledger, Workload, lost, reshard_during, serving
-from tests.support.redis_cluster import RedisCluster, redis_server_available
+from tests.support.redis_cluster import RedisCluster, needs_redis_server
 from token_finalizer.sources.redis import RedisTokenStore
 
-pytestmark = pytest.mark.skipif(
-    not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
-)
+pytestmark = needs_redis_server
 
 WORKERS = 16
 POPULATION = 1000
 SLOTS_PER_MOVE = 1000
 WARM_UP_S = 0.5
 AFTER_S = 0.5
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisCluster]:
-    """Three primaries, one replica each."""
-    with RedisCluster(primaries=3, replicas=1) as running:
-        yield running
 
 
 async def _populate(store: RedisTokenStore, count: int) -> None:

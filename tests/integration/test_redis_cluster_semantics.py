@@ -24,7 +24,7 @@ import pytest
 from tests.service.sources import test_committed_entries, test_store_semantics
 from tests.service.store_server import test_resolve
 from tests.support.captures import make_entry
-from tests.support.redis_cluster import RedisCluster, redis_server_available
+from tests.support.redis_cluster import RedisCluster, needs_redis_server
 from tests.support.stores import swept_captures
 from token_finalizer.cli import main
 from token_finalizer.core.build import Build, MaskReason
@@ -35,9 +35,7 @@ from token_finalizer.service.redis_guard import RedisMaskFractionGuard
 from token_finalizer.sources.redis import RedisTokenStore
 
 pytestmark = [
-    pytest.mark.skipif(
-        not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
-    ),
+    needs_redis_server,
     pytest.mark.anyio,
 ]
 

@@ -12,12 +12,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.support.redis_processes import redis_server_available
+from tests.support.redis_processes import needs_redis_server
 from tests.support.redis_replicated import ReplicatedRedis
 
-pytestmark = pytest.mark.skipif(
-    not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
-)
+pytestmark = needs_redis_server
 
 
 @pytest.fixture(scope="module")

@@ -61,14 +61,23 @@ def _carrying(rollout_id: str, prompt: list[int], generation: list[int]) -> dict
     return record
 
 
+def _finalize_over(
+    served: tuple[str, FileTokenStore], name: str, *, masked: bool, generation: list[int]
+) -> tuple[str, httpx.Response]:
+    """Write a capture (`_write`), then finalize a record carrying [1, 2] + `generation`."""
+    url, store = served
+    rollout_id = f"{name}-{uuid.uuid4().hex[:8]}"
+    _write(store, rollout_id, masked=masked)
+    record = _carrying(rollout_id, [1, 2], generation)
+    return rollout_id, httpx.post(f"{url}/finalize", json=record, timeout=30)
+
+
 def test_a_made_up_id_over_a_masked_capture_gets_no_ticket(
     served: tuple[str, FileTokenStore],
 ) -> None:
     """No ticket; the answer's retire object retires nothing; the capture stays frozen."""
     url, store = served
-    rollout_id = f"made-up-{uuid.uuid4().hex[:8]}"
-    _write(store, rollout_id, masked=True)
-    answer = httpx.post(f"{url}/finalize", json=_carrying(rollout_id, [1, 2], [7]), timeout=30)
+    rollout_id, answer = _finalize_over(served, "made-up", masked=True, generation=[7])
     body = answer.json()
     assert (answer.status_code, body["retirable"], body["retire"]) == (200, False, None)
     assert httpx.post(f"{url}/retire", json=body, timeout=30).json().get("retired") is not True
@@ -80,10 +89,8 @@ def test_a_record_over_a_clean_capture_still_retires_it(
     served: tuple[str, FileTokenStore],
 ) -> None:
     """The capture's own build is clean: a ticket, and the retire drops the capture."""
-    url, store = served
-    rollout_id = f"clean-{uuid.uuid4().hex[:8]}"
-    _write(store, rollout_id, masked=False)
-    answer = httpx.post(f"{url}/finalize", json=_carrying(rollout_id, [1, 2], [7]), timeout=30)
+    url, _ = served
+    _, answer = _finalize_over(served, "clean", masked=False, generation=[7])
     body = answer.json()
     assert (body["retirable"], body["build"]["_redundant_capture"]) == (True, True)
     assert httpx.post(f"{url}/retire", json=body["retire"], timeout=30).json() == {"retired": True}
@@ -93,8 +100,5 @@ def test_a_record_carrying_its_masked_captures_ids_retires_it(
     served: tuple[str, FileTokenStore],
 ) -> None:
     """The record carries exactly the main chain of its (masked) capture: a ticket."""
-    url, store = served
-    rollout_id = f"same-{uuid.uuid4().hex[:8]}"
-    _write(store, rollout_id, masked=True)
-    answer = httpx.post(f"{url}/finalize", json=_carrying(rollout_id, [1, 2], [3]), timeout=30)
+    _, answer = _finalize_over(served, "same", masked=True, generation=[3])
     assert answer.json()["retirable"] is True

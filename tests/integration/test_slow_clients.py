@@ -12,10 +12,10 @@ import asyncio
 import contextlib
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +25,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.servers import free_port, wait_for_health
+from tests.support.servers import free_port, running_process
 from token_finalizer._constants import (
     BODY_TIMEOUT_ENV_VAR,
     CONNECTION_FD_RESERVE,
@@ -77,24 +77,11 @@ def _serving(
         if open_files is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
 
-    with tempfile.TemporaryFile() as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "token_finalizer.cli", *args],
-            env={**os.environ, **(env or {})},
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            preexec_fn=limit_open_files,
-        )
-        try:
-            try:
-                wait_for_health(f"http://127.0.0.1:{port}/health", process=process)
-            except (RuntimeError, TimeoutError) as exc:
-                output.seek(0)
-                raise RuntimeError(f"{exc}; output:\n{output.read().decode()[-4000:]}") from None
-            yield Server("127.0.0.1", port, process)
-        finally:
-            process.kill()
-            process.wait()
+    running = running_process(
+        args, port=port, env=env, stop_signal=signal.SIGKILL, preexec_fn=limit_open_files
+    )
+    with running as process:
+        yield Server("127.0.0.1", port, process)
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +163,21 @@ def _closed_by_server(sock: socket.socket, within_s: float) -> bytes:
     return received
 
 
+def _drip_until_answered(sock: socket.socket, data: bytes, interval_s: float) -> bytes:
+    """Send `data` a byte every `interval_s` until the server answers or cuts the connection;
+    what it answered (b"" when cut off or never)."""
+    sock.settimeout(interval_s)
+    for byte in data:
+        try:
+            sock.sendall(bytes([byte]))
+            return sock.recv(65536)
+        except TimeoutError:
+            continue
+        except (BrokenPipeError, ConnectionResetError):
+            break
+    return b""
+
+
 # -- request heads ----------------------------------------------------------------------------
 
 
@@ -213,17 +215,8 @@ def test_kept_alive_connection_trickling_its_next_head_is_closed(server: Server)
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert _health_answer(sock).startswith(b"HTTP/1.1 200 ")
         started = time.monotonic()
-        sock.settimeout(1.0)
-        received = b""
-        for byte in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 200:
-            try:
-                sock.sendall(bytes([byte]))
-                received = sock.recv(65536)
-            except TimeoutError:
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            break
+        head = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 200
+        received = _drip_until_answered(sock, head, interval_s=1.0)
         assert time.monotonic() - started < HEAD_TIMEOUT_S + SLACK_S
         assert received == b"" or received.startswith(b"HTTP/1.1 408 ")
 
@@ -253,17 +246,7 @@ def test_trickling_body_gets_408_and_is_cut_off(server: Server) -> None:
     with socket.create_connection((server.host, server.port), timeout=10) as sock:
         sock.sendall(head)
         started = time.monotonic()
-        sock.settimeout(0.5)
-        received = b""
-        for byte in body:
-            try:
-                sock.sendall(bytes([byte]))
-                received = sock.recv(65536)
-            except TimeoutError:
-                continue
-            except (BrokenPipeError, ConnectionResetError):
-                break
-            break
+        received = _drip_until_answered(sock, body, interval_s=0.5)
         elapsed = time.monotonic() - started
         received += _closed_by_server(sock, SLACK_S)
     assert BODY_TIMEOUT_S - 0.5 < elapsed < BODY_TIMEOUT_S + SLACK_S

@@ -34,8 +34,7 @@ import anyio
 import pytest
 
 from tests.support.gym_staging_writer import Call, StagingWriter, scored_record
-from tests.support.redis import redis_url as find_redis_url
-from tests.support.redis import unique_prefix
+from tests.support.redis import store_backend
 from tests.support.servers import free_port, running_process
 from token_finalizer import FileTokenStore
 from token_finalizer.cli import main
@@ -103,11 +102,8 @@ def topology(
 ) -> Iterator[Topology]:
     """Two store servers over one directory (then one Redis prefix), two finalizer replicas."""
     with ExitStack() as stack:
-        if request.param == "dir":
-            backend = ["--dir", str(tmp_path_factory.mktemp("staging-e2e"))]
-        else:
-            prefix = stack.enter_context(unique_prefix(find_redis_url(), "staging-e2e"))
-            backend = ["--redis", find_redis_url(), "--key-prefix", prefix]
+        directory = tmp_path_factory.mktemp("staging-e2e")
+        backend = store_backend(stack, request.param, directory, "staging-e2e")
         stores = []
         for _ in range(2):
             port = free_port()

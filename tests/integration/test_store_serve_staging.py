@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from tests.support.redis import redis_url as find_redis_url
-from tests.support.redis import unique_prefix
+from tests.support.redis import store_backend
 from tests.support.servers import free_port, running_process
 from tests.support.staging_stores import Conversation, query_of
 from token_finalizer.cli import main
@@ -53,12 +51,8 @@ def pair(
 ) -> Iterator[Pair]:
     """Two `store serve` processes over one directory, then over one Redis key prefix."""
     with ExitStack() as stack:
-        if request.param == "dir":
-            directory: Path = tmp_path_factory.mktemp("staging-pair")
-            backend = ["--dir", str(directory)]
-        else:
-            prefix = stack.enter_context(unique_prefix(find_redis_url(), "staging"))
-            backend = ["--redis", find_redis_url(), "--key-prefix", prefix]
+        directory = tmp_path_factory.mktemp("staging-pair")
+        backend = store_backend(stack, request.param, directory, "staging")
         bases = []
         for _ in range(2):
             port = free_port()
@@ -139,18 +133,23 @@ def test_concurrent_writers_through_both_lose_nothing(pair: Pair) -> None:
         assert snapshot.version == 11
 
 
+def _both_at_once(send: Callable[[httpx.Client, int], int]) -> list[int]:
+    """`send(http, server)` through server 0 and server 1 at the same moment; their statuses."""
+    barrier = threading.Barrier(2)
+
+    def one(server: int) -> int:
+        with httpx.Client(timeout=30) as http:
+            barrier.wait()
+            return send(http, server)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(one, [0, 1]))
+
+
 def test_one_call_staged_through_both_at_once_is_stored_once(pair: Pair) -> None:
     """The same stage sent to both processes at the same moment: both 200, one stored call."""
     chat = _rollout(1)
-    barrier = threading.Barrier(2)
-
-    def stage(server: int) -> int:
-        with httpx.Client(timeout=30) as http:
-            barrier.wait()
-            return _stage(http, pair, server, chat, 0)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        statuses = list(pool.map(stage, [0, 1]))
+    statuses = _both_at_once(lambda http, server: _stage(http, pair, server, chat, 0))
     with httpx.Client(timeout=30) as http:
         assert _commit(http, pair, 0, chat, 0) == 201
     assert (statuses, anyio.run(_freeze, pair, 1, chat.rollout_id).version) == ([200, 200], 3)
@@ -159,15 +158,8 @@ def test_one_call_staged_through_both_at_once_is_stored_once(pair: Pair) -> None
 def test_one_row_recorded_through_both_at_once_is_appended_once(pair: Pair) -> None:
     """The same row sent to both processes at once: one 201, one 200 (a replay)."""
     chat = _rollout(1)
-    barrier = threading.Barrier(2)
-
-    def commit(server: int) -> int:
-        with httpx.Client(timeout=30) as http:
-            barrier.wait()
-            return _commit(http, pair, server, chat, 0)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        assert sorted(pool.map(commit, [0, 1])) == [200, 201]
+    statuses = _both_at_once(lambda http, server: _commit(http, pair, server, chat, 0))
+    assert sorted(statuses) == [200, 201]
 
 
 def test_retire_through_the_other_removes_everything_orphans_included(pair: Pair) -> None:

@@ -51,16 +51,23 @@ def _finalizes_per_worker(directory: Path) -> dict[str, float]:
     return counts
 
 
-def test_two_workers_scrape_as_one(tmp_path: Path, capture_dir: Path) -> None:
-    """20 finalizes on fresh connections through 2 workers: every scrape says 20."""
+def _serve_command(
+    tmp_path: Path, capture_dir: Path, *extra: str
+) -> tuple[list[str], int, dict[str, str], Path]:
+    """`serve` over a file source with its own TMPDIR: args, port, environment, that TMPDIR."""
     config = tmp_path / "config.yaml"
     config.write_text(f"sources:\n  local: {{kind: file, dir: '{capture_dir}'}}\n")
     temp = tmp_path / "tmp"
     temp.mkdir()
     port = free_port()
+    args = ["serve", "--config", str(config), "--port", str(port), *extra]
+    return args, port, {"TMPDIR": str(temp)}, temp
+
+
+def test_two_workers_scrape_as_one(tmp_path: Path, capture_dir: Path) -> None:
+    """20 finalizes on fresh connections through 2 workers: every scrape says 20."""
+    args, port, env, temp = _serve_command(tmp_path, capture_dir, "--workers", "2")
     base = f"http://127.0.0.1:{port}"
-    args = ["serve", "--config", str(config), "--port", str(port), "--workers", "2"]
-    env = {"TMPDIR": str(temp)}
     sent = 0
     with running_process(args, port=port, env=env) as process:
         (metrics_dir,) = temp.glob("token-finalizer-metrics-*")
@@ -93,14 +100,8 @@ def test_two_workers_scrape_as_one(tmp_path: Path, capture_dir: Path) -> None:
 
 def test_one_worker_keeps_single_process_metrics(tmp_path: Path, capture_dir: Path) -> None:
     """`serve` with one worker makes no metrics directory and still counts."""
-    config = tmp_path / "config.yaml"
-    config.write_text(f"sources:\n  local: {{kind: file, dir: '{capture_dir}'}}\n")
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    port = free_port()
+    args, port, env, temp = _serve_command(tmp_path, capture_dir)
     base = f"http://127.0.0.1:{port}"
-    args = ["serve", "--config", str(config), "--port", str(port)]
-    env = {"TMPDIR": str(temp)}
     with running_process(args, port=port, env=env):
         for i in range(3):
             httpx.post(f"{base}/finalize", json=record_for(f"one-{i}"), timeout=10)

@@ -12,15 +12,14 @@ import asyncio
 import contextlib
 import socket
 import struct
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import orjson
 
-from tests.support.servers import free_port
+from tests.support.loopback_http import read_request, serving
 
 __all__ = ["Fault", "FaultProxy"]
 
@@ -49,49 +48,21 @@ class FaultProxy:
         self.upstream = upstream.rstrip("/")
         self.fault = Fault()
         self.requests: list[str] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[str]:
-        port = free_port()
-        ready = threading.Event()
-        stop: list[asyncio.Event] = []
+        with serving(self._connection, lifespan=self._upstream_client) as url:
+            yield url
 
-        async def serve() -> None:
-            async with httpx.AsyncClient(timeout=30.0) as client:
-                self._client = client
-                server = await asyncio.start_server(self._connection, "127.0.0.1", port)
-                stop.append(asyncio.Event())
-                ready.set()
-                async with server:
-                    await stop[0].wait()
-                # Connections parked in a "hang" fault end with the proxy.
-                pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-                for task in pending:
-                    task.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(serve())
-            self._loop.close()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        ready.wait(10)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(stop[0].set)
-            thread.join(10)
+    @contextlib.asynccontextmanager
+    async def _upstream_client(self) -> AsyncIterator[None]:
+        async with httpx.AsyncClient(timeout=30.0) as client:
+            self._client = client
+            yield
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while True:
-                request = await _read_request(reader)
-                if request is None:
-                    return
+            while (request := await read_request(reader)) is not None:
                 method, path, headers, body = request
                 self.requests.append(f"{method} {path}")
                 if not await self._answer(writer, method, path, headers, body):
@@ -143,24 +114,6 @@ class FaultProxy:
         _write(writer, upstream.status_code, payload)
         await writer.drain()
         return True
-
-
-async def _read_request(
-    reader: asyncio.StreamReader,
-) -> tuple[str, str, dict[str, str], bytes] | None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError:
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            name, value = line.split(":", 1)
-            headers[name.strip().lower()] = value.strip()
-    body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return method, path, headers, body
 
 
 def _write(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import redis
 
-from tests.support.servers import free_port
+from tests.support.servers import free_port, stop_process
 
 __all__ = [
     "REDIS_URL_ENV_VAR",
@@ -34,6 +34,7 @@ __all__ = [
     "private_redis_server",
     "redis_url",
     "session_redis",
+    "store_backend",
     "unique_prefix",
 ]
 
@@ -76,17 +77,6 @@ def redis_url() -> str:
     return url
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop one redis-server this module started (SIGTERM, then SIGKILL)."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 @contextlib.contextmanager
 def private_redis_server(directory: Path) -> Iterator[str]:
     """A throwaway `redis-server` on a free loopback port until the block ends; its URL.
@@ -112,7 +102,7 @@ def private_redis_server(directory: Path) -> Iterator[str]:
             time.sleep(0.05)
         yield url
     finally:
-        _stop(process)
+        stop_process(process, timeout=_STOP_TIMEOUT_S)
 
 
 @contextlib.contextmanager
@@ -164,3 +154,14 @@ def unique_prefix(url: str, label: str = "test") -> Iterator[str]:
         yield prefix
     finally:
         delete_prefix(url, prefix)
+
+
+def store_backend(
+    stack: contextlib.ExitStack, kind: str, directory: Path, label: str = "test"
+) -> list[str]:
+    """The `store serve` options of a backend: `directory` ("dir"), or a key prefix of its own
+    (named after `label`) on the test Redis ("redis"), deleted when `stack` closes."""
+    if kind == "dir":
+        return ["--dir", str(directory)]
+    prefix = stack.enter_context(unique_prefix(redis_url(), label))
+    return ["--redis", redis_url(), "--key-prefix", prefix]

@@ -23,17 +23,13 @@ snapshot of one node at the moment it was read.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Literal, Self
 
 import redis
@@ -41,9 +37,11 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from tests.support.redis_processes import (
     HOST,
+    RedisGroup,
     RedisProcess,
     check_redis_version,
     free_ports,
+    needs_redis_server,
     plain_client,
     redis_server_available,
 )
@@ -51,6 +49,7 @@ from tests.support.redis_processes import (
 __all__ = [
     "Node",
     "RedisCluster",
+    "needs_redis_server",
     "redis_server_available",
 ]
 
@@ -103,8 +102,10 @@ class Node:
 
 
 @dataclass
-class RedisCluster:
+class RedisCluster(RedisGroup):
     """`primaries` x (1 + `replicas`) cluster nodes; a context manager that cleans up."""
+
+    _root_prefix = "tf-redis-cluster-"
 
     primaries: int = 3
     replicas: int = 0
@@ -114,20 +115,8 @@ class RedisCluster:
     # primary's slots are down (Redis's default, True, stops the whole cluster).
     require_full_coverage: bool = True
     _servers: dict[int, RedisProcess] = field(default_factory=dict, init=False)
-    _root: Path | None = field(default=None, init=False)
 
     # -- life cycle ------------------------------------------------------------------
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def start(self) -> Self:
         """Start every node, create the cluster, and wait until it is ready."""
@@ -137,34 +126,28 @@ class RedisCluster:
                 "and >= 0 replicas per primary"
             )
         check_redis_version(_MIN_REDIS_MAJOR)
-        self._root = Path(tempfile.mkdtemp(prefix="tf-redis-cluster-"))
-        atexit.register(self.stop)
-        try:
-            self._start_processes(self.primaries * (1 + self.replicas))
-            addresses = [f"{HOST}:{port}" for port in self._servers]
-            _run_cli(
-                "--cluster",
-                "create",
-                *addresses,
-                "--cluster-replicas",
-                str(self.replicas),
-                "--cluster-yes",
-            )
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        return super().start()
+
+    def _launch(self, root: Path) -> None:
+        self._start_processes(self.primaries * (1 + self.replicas))
+        addresses = [f"{HOST}:{port}" for port in self._servers]
+        _run_cli(
+            "--cluster",
+            "create",
+            *addresses,
+            "--cluster-replicas",
+            str(self.replicas),
+            "--cluster-yes",
+        )
+        self.wait_ready()
 
     def stop(self) -> None:
         """Kill every process we started (resuming paused ones first); remove the files."""
-        atexit.unregister(self.stop)
-        for server in self._servers.values():
-            server.kill()
+        super().stop()
         self._servers.clear()
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-            self._root = None
+
+    def _processes(self) -> list[RedisProcess]:
+        return list(self._servers.values())
 
     def _start_processes(self, count: int) -> None:
         """Start `count` servers on free ports, choosing new ports if one is taken meanwhile."""

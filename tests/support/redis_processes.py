@@ -8,24 +8,31 @@ RDB snapshots; it is started again with the same arguments, port and files.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
+from typing import ClassVar, Self
 
+import pytest
 import redis
 
 __all__ = [
     "HOST",
+    "RedisGroup",
     "RedisProcess",
     "check_redis_version",
     "free_ports",
+    "needs_redis_server",
     "plain_client",
     "redis_server_available",
 ]
@@ -39,6 +46,12 @@ _ANSWER_WAIT_S = 10.0
 def redis_server_available() -> bool:
     """True when both `redis-server` and `redis-cli` are on PATH (skip reason otherwise)."""
     return shutil.which("redis-server") is not None and shutil.which("redis-cli") is not None
+
+
+# The mark of every test module that starts redis-server processes of its own.
+needs_redis_server = pytest.mark.skipif(
+    not redis_server_available(), reason="redis-server and redis-cli are not on PATH"
+)
 
 
 def check_redis_version(minimum_major: int) -> None:
@@ -174,3 +187,52 @@ class RedisProcess:
         with contextlib.suppress(OSError):
             return (self.directory / "redis.log").read_text()[-2000:]
         return "(no log)"
+
+
+class RedisGroup:
+    """The life cycle of several servers under one temporary directory; a context manager.
+
+    A subclass starts its servers in `_launch(root)` and names them in `_processes()`.
+    `start()` undoes a half-done launch; `stop()` (also run at exit if the block is
+    never left) kills every server, paused ones too, and removes the directory.
+    """
+
+    _root_prefix: ClassVar[str] = "tf-redis-"
+    _root: Path | None = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> Self:
+        """Make the directory, then launch; on any failure, stop before raising."""
+        self._root = Path(tempfile.mkdtemp(prefix=self._root_prefix))
+        atexit.register(self.stop)
+        try:
+            self._launch(self._root)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Kill every process (resuming paused ones first); remove the files."""
+        atexit.unregister(self.stop)
+        for process in self._processes():
+            process.kill()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    def _launch(self, root: Path) -> None:
+        raise NotImplementedError
+
+    def _processes(self) -> Iterable[RedisProcess]:
+        raise NotImplementedError

@@ -11,18 +11,13 @@ the block kills every process (paused ones too) and removes their files.
 
 from __future__ import annotations
 
-import atexit
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import redis
 
-from tests.support.redis_processes import HOST, RedisProcess, free_ports, plain_client
+from tests.support.redis_processes import HOST, RedisGroup, RedisProcess, free_ports, plain_client
 
 __all__ = ["ReplicatedRedis"]
 
@@ -31,62 +26,39 @@ _POLL_S = 0.02
 
 
 @dataclass
-class ReplicatedRedis:
+class ReplicatedRedis(RedisGroup):
     """A primary and `replica_count` replicas following it; a context manager that cleans up."""
+
+    _root_prefix = "tf-redis-replicated-"
 
     replica_count: int = 1
     appendonly: bool = False
     primary: RedisProcess | None = field(default=None, init=False)
     replicas: list[RedisProcess] = field(default_factory=list, init=False)
-    _root: Path | None = field(default=None, init=False)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:
         """The primary's `redis://` URL."""
         return self._primary().url
 
-    def start(self) -> Self:
+    def _launch(self, root: Path) -> None:
         """Start the primary, then its replicas; wait until they are in sync."""
-        self._root = Path(tempfile.mkdtemp(prefix="tf-redis-replicated-"))
-        atexit.register(self.stop)
-        try:
-            port, *replica_ports = free_ports(1 + self.replica_count)
-            self.primary = RedisProcess(port, self._root / str(port), appendonly=self.appendonly)
-            self._started(self.primary)
-            for replica_port in replica_ports:
-                replica = RedisProcess(
-                    replica_port,
-                    self._root / str(replica_port),
-                    ("--replicaof", HOST, str(port)),
-                    appendonly=self.appendonly,
-                )
-                self.replicas.append(replica)
-                self._started(replica)
-            self.wait_in_sync()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        port, *replica_ports = free_ports(1 + self.replica_count)
+        self.primary = RedisProcess(port, root / str(port), appendonly=self.appendonly)
+        self._started(self.primary)
+        for replica_port in replica_ports:
+            replica = RedisProcess(
+                replica_port,
+                root / str(replica_port),
+                ("--replicaof", HOST, str(port)),
+                appendonly=self.appendonly,
+            )
+            self.replicas.append(replica)
+            self._started(replica)
+        self.wait_in_sync()
 
-    def stop(self) -> None:
-        """Kill every process (resuming paused ones first); remove the files."""
-        atexit.unregister(self.stop)
-        for process in [*self.replicas, *([self.primary] if self.primary else [])]:
-            process.kill()
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-            self._root = None
+    def _processes(self) -> list[RedisProcess]:
+        return [*self.replicas, *([self.primary] if self.primary else [])]
 
     def pause(self, process: RedisProcess) -> None:
         """SIGSTOP one server: it keeps its connections and acknowledges nothing."""

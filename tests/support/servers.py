@@ -16,19 +16,34 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
 
-__all__ = ["free_port", "running_app", "running_process", "wait_for_health"]
+__all__ = ["free_port", "running_app", "running_process", "stop_process", "wait_for_health"]
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def stop_process(
+    process: subprocess.Popen, *, stop_signal: int = signal.SIGTERM, timeout: float = 15.0
+) -> None:
+    """Send `stop_signal` unless it has exited; SIGKILL it if it is still there after `timeout`."""
+    if process.poll() is not None:
+        return
+    process.send_signal(stop_signal)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def wait_for_health(
@@ -70,20 +85,29 @@ def running_app(app: Any, *, health_path: str = "/health", **config: Any) -> Ite
 
 @contextlib.contextmanager
 def running_process(
-    args: list[str], *, port: int, health_path: str = "/health", env: dict[str, str] | None = None
+    args: list[str],
+    *,
+    port: int,
+    health_path: str = "/health",
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    stop_signal: int = signal.SIGINT,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[subprocess.Popen]:
     """Run `python -m token_finalizer.cli ARGS` until the block ends; yield the process.
 
-    Its output goes to a temporary file (a pipe nobody reads would block a
-    chatty server) and is shown if the server never becomes healthy. The
-    process is stopped with SIGINT, which skips the SIGTERM drain window.
+    Its output goes to `log`, or to a temporary file (a pipe nobody reads would
+    block a chatty server), and is shown if the server never becomes healthy.
+    The process is stopped with `stop_signal`; the default SIGINT skips the
+    SIGTERM drain window.
     """
-    with tempfile.TemporaryFile() as output:
+    with log.open("w+b") if log is not None else tempfile.TemporaryFile() as output:
         process = subprocess.Popen(
             [sys.executable, "-m", "token_finalizer.cli", *args],
             env={**os.environ, **(env or {})},
             stdout=output,
             stderr=subprocess.STDOUT,
+            preexec_fn=preexec_fn,
         )
         try:
             try:
@@ -95,10 +119,4 @@ def running_process(
                 ) from None
             yield process
         finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_process(process, stop_signal=stop_signal)

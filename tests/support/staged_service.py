@@ -26,9 +26,11 @@ from token_finalizer.api import create_app
 from token_finalizer.settings import settings_from_mapping
 from token_finalizer.sources.redis import RedisTokenStore
 
-__all__ = ["STORE_KINDS", "StagedService", "staged_service"]
+__all__ = ["STAGED_RETIRE", "STORE_KINDS", "StagedService", "staged_service"]
 
 STORE_KINDS = ("memory", "file", "redis")
+# The settings that give a staged service a retire key (its answers carry tickets).
+STAGED_RETIRE = {"retire": {"key": "staged-finalize-retire-key-0123456789"}}
 _T = TypeVar("_T")
 
 

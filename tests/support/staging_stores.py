@@ -30,6 +30,7 @@ from token_finalizer_client.protocol import (
 __all__ = [
     "Conversation",
     "committed_row",
+    "manifest_row",
     "query_of",
     "resolution_of",
     "row_of_commit",
@@ -69,6 +70,18 @@ class Conversation:
             items += [_user(earlier), _assistant(earlier)]
         return [*items, _user(index)]
 
+    def staged_match(self, index: int) -> dict[str, Any]:
+        """The resolve answer's match naming row `index` (0-based): a staged row carries no ids."""
+        record = self.records[index]
+        return {
+            "model_call_id": record.model_call_id,
+            "cumulative_token_ids": [],
+            "digest": record.cumulative_hash,
+            "staging_chain": self.rows[index]["staging_chain"],
+            "prev_len": record.cum_len,
+            "chain_hash": record.chain_hash,
+        }
+
     def add(self, call_id: str, *, extras: dict[str, Any] | None = None) -> StagedCallRecord:
         """Append the next call: its staged record and its committed ledger row."""
         index = len(self.records)
@@ -96,6 +109,28 @@ def _tokens(records: list[StagedCallRecord]) -> list[int]:
     return [int(token) for record in records for token in record.token_ids_delta]
 
 
+def manifest_row(record: StagedCallRecord, **fields: Any) -> CallRecord:
+    """`record`'s manifest row, answered as `resp-<call id>`; `fields` set or replace the rest."""
+    return CallRecord(
+        **{
+            "model_call_id": record.model_call_id,
+            "parent_call_id": record.parent_call_id,
+            "prev_len": record.prev_len,
+            "delta_len": record.delta_len,
+            "cum_len": record.cum_len,
+            "weight_version": record.weight_version,
+            "digest": record.digest,
+            "extras_digest": record.extras_digest,
+            "staging_key": record.staging_key,
+            "mode": record.mode,
+            "chain_hash": record.chain_hash,
+            "cumulative_hash": record.cumulative_hash,
+            "response_id": f"resp-{record.model_call_id}",
+            **fields,
+        }
+    )
+
+
 def committed_row(
     record: StagedCallRecord,
     request_items: list[dict[str, Any]],
@@ -105,20 +140,9 @@ def committed_row(
     admitted_at: float = 1767225600.0,
 ) -> dict[str, Any]:
     """The ledger row a model server commits for `record` (lookup keys as a client computes)."""
-    call = CallRecord(
-        model_call_id=record.model_call_id,
-        parent_call_id=record.parent_call_id,
-        prev_len=record.prev_len,
-        delta_len=record.delta_len,
-        cum_len=record.cum_len,
-        weight_version=record.weight_version,
-        digest=record.digest,
-        extras_digest=record.extras_digest,
+    call = manifest_row(
+        record,
         staging_key=staging_key(record.rollout_id, record.model_call_id),
-        mode=record.mode,
-        chain_hash=record.chain_hash,
-        cumulative_hash=record.cumulative_hash,
-        response_id=f"resp-{record.model_call_id}",
         admitted_at=admitted_at,
         output_fingerprint=assistant_fingerprint(response_items),
         continuation_fingerprint=assistant_fingerprint(request_items + response_items),

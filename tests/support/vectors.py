@@ -5,11 +5,32 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["case_ids", "load_vectors", "wire_entry"]
+if TYPE_CHECKING:
+    from token_finalizer.core.lineage_resolution import Resolution
+
+__all__ = [
+    "RESOLUTION_DEFAULTS",
+    "case_ids",
+    "load_vectors",
+    "resolution_answer",
+    "wire_entry",
+]
+
+# The optional TokenEntry fields that resolution reads, as the wire format defaults them.
+RESOLUTION_DEFAULTS: dict[str, Any] = {
+    "parent_call_id": None,
+    "prompt_is_delta": False,
+    "digest": None,
+    "cum_len": None,
+    "continuation_fingerprint": "",
+    "continuation_context_len": 0,
+    "continuation_context_digest": "",
+    "fingerprint_version": None,
+}
 
 _DIRECTORY = Path(__file__).parents[1] / "vectors" / "nemo_gym_0_7"
 
@@ -33,3 +54,20 @@ def wire_entry(wire: dict[str, Any], defaults: dict[str, Any]) -> SimpleNamespac
     fields["prompt_token_ids"] = np.array(wire["prompt_token_ids"], dtype=np.int32)
     fields["generation_token_ids"] = np.array(wire["generation_token_ids"], dtype=np.int32)
     return SimpleNamespace(**fields)
+
+
+def resolution_answer(resolution: Resolution) -> dict[str, Any]:
+    """A resolution in the form of resolution.json's `expected`."""
+    match = resolution.match
+    return {
+        "status": resolution.status,
+        "reason": resolution.reason,
+        "match": None
+        if match is None
+        else {
+            "model_call_id": match.model_call_id,
+            "cumulative_token_ids": match.cumulative_token_ids.tolist(),
+            "digest": match.digest,
+            "prev_len": match.prev_len,
+        },
+    }

@@ -19,7 +19,9 @@ from fastapi import FastAPI
 
 from tests.support.asgi import in_process
 from tests.support.captures import agent_rollout
+from tests.support.redis import redis_url, unique_prefix
 from tests.support.servers import running_app
+from tests.support.staged_service import STAGED_RETIRE, STORE_KINDS, StagedService, staged_service
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
 from token_finalizer.settings import Settings, settings_from_mapping
@@ -93,3 +95,20 @@ def write_capture(file_store: FileTokenStore) -> CaptureWriter:
         return entries
 
     return write
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A Redis key prefix of this test alone (deleted afterwards)."""
+    with unique_prefix(redis_url()) as prefix:
+        yield prefix
+
+
+@pytest.fixture(params=STORE_KINDS)
+def service(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str
+) -> Iterator[StagedService]:
+    """The staged app (with a retire key) over a memory, a file, then a redis store."""
+    directory = tmp_path / "capture"
+    with staged_service(request.param, directory, redis_prefix, **STAGED_RETIRE) as opened:
+        yield opened

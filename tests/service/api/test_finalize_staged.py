@@ -17,37 +17,18 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.support.redis import redis_url, unique_prefix
-from tests.support.staged_service import STORE_KINDS, StagedService, staged_service
+from tests.support.staged_service import STAGED_RETIRE, StagedService, staged_service
 from tests.support.staging_stores import Conversation
 from token_finalizer._logging import JsonFormatter
 from token_finalizer.core.errors import CaptureFrozen
 from token_finalizer.core.staging import build_staged_call
 from token_finalizer.web.access_log import ACCESS_LOGGER
 
-RETIRE = {"retire": {"key": "staged-finalize-retire-key-0123456789"}}
-
-
-@pytest.fixture
-def redis_prefix() -> Iterator[str]:
-    """A Redis key prefix of this test alone (deleted afterwards)."""
-    with unique_prefix(redis_url()) as prefix:
-        yield prefix
-
-
-@pytest.fixture(params=STORE_KINDS)
-def service(
-    request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str
-) -> Iterator[StagedService]:
-    """The app over a memory, a file, then a redis store."""
-    with staged_service(request.param, tmp_path / "capture", redis_prefix, **RETIRE) as opened:
-        yield opened
-
 
 @pytest.fixture
 def memory(tmp_path: Path) -> Iterator[StagedService]:
     """The app over a memory store (for what does not depend on the store)."""
-    with staged_service("memory", tmp_path, **RETIRE) as opened:
+    with staged_service("memory", tmp_path, **STAGED_RETIRE) as opened:
         yield opened
 
 
@@ -244,7 +225,7 @@ def test_mask_reasons_are_counted_by_code(memory: StagedService) -> None:
 def test_the_guard_counts_staged_masks(tmp_path: Path) -> None:
     """The mask-fraction guard trips on staged masks and reports their codes."""
     guard = {"token_id_capture": {"max_mask_fraction": 0.5, "mask_fraction_min_samples": 2}}
-    with staged_service("memory", tmp_path, **RETIRE, **guard) as service:
+    with staged_service("memory", tmp_path, **STAGED_RETIRE, **guard) as service:
         statuses, body = [], {}
         for index in range(2):
             chat = _chat(f"g-{index}")

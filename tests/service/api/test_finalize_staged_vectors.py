@@ -24,21 +24,19 @@ service cannot express is listed in `NOT_A_STORE_STATE` with what we answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.staged_seeding import RawCall, replay_scenario, seed_rows, seed_staged
-from tests.support.staged_service import STORE_KINDS, StagedService, staged_service
+from tests.support.staged_service import STAGED_RETIRE, STORE_KINDS, StagedService, staged_service
 from tests.support.staging_vectors import case_by_name, staging_case_ids, staging_cases
 from token_finalizer.core.staging import CallRecord, StagingRecordError, commit_row
 
 SCENARIOS = staging_cases("scenarios.json")
 VERIFICATION = staging_cases("verification.json")
 CLEAN = case_by_name("scenarios.json", "clean_chain")
-RETIRE = {"retire": {"key": "staged-vectors-retire-key-0123456789"}}
 
 # Our answer where our product decides otherwise than Gym 0.7.0 (the calls refused at stage).
 _POISONED = {
@@ -51,24 +49,6 @@ DECIDED_OTHERWISE = {
     "wrong_prefix_at_terminal": _POISONED,
     "wrong_prefix_mid_chain": _POISONED,
 }
-
-
-@pytest.fixture(params=STORE_KINDS)
-def service(
-    request: pytest.FixtureRequest, tmp_path: Path, redis_prefix: str
-) -> Iterator[StagedService]:
-    """The app over a memory, a file, then a redis store."""
-    with staged_service(request.param, tmp_path / "capture", redis_prefix, **RETIRE) as opened:
-        yield opened
-
-
-@pytest.fixture
-def redis_prefix(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A Redis key prefix of this test alone (deleted afterwards)."""
-    from tests.support.redis import redis_url, unique_prefix
-
-    with unique_prefix(redis_url()) as prefix:
-        yield prefix
 
 
 def _finalized(service: StagedService, case: dict[str, Any]) -> list[dict[str, Any]]:
@@ -239,7 +219,7 @@ def test_tampered_stores_answer_gyms_codes(kind: str, tmp_path: Path, redis_pref
     outcomes, wanted = {}, {}
     for index, case in enumerate(_expressed(kind)):
         with staged_service(
-            kind, tmp_path / f"c{index}", f"{redis_prefix}{index}:", **RETIRE
+            kind, tmp_path / f"c{index}", f"{redis_prefix}{index}:", **STAGED_RETIRE
         ) as service:
             _seed_case(service, case)
             answer = service.finalize(_record(case))
@@ -257,7 +237,7 @@ def test_untamperable_receipts_answer_ours(kind: str, tmp_path: Path, redis_pref
         if case["name"] not in NOT_A_STORE_STATE:
             continue
         with staged_service(
-            kind, tmp_path / f"c{index}", f"{redis_prefix}{index}:", **RETIRE
+            kind, tmp_path / f"c{index}", f"{redis_prefix}{index}:", **STAGED_RETIRE
         ) as service:
             _seed_case(service, case)
             answer = service.finalize(_record(case))

@@ -17,7 +17,6 @@ import anyio
 import httpx
 import orjson
 import pytest
-from fastapi import FastAPI
 
 from tests.service.api.conftest import CaptureWriter, SettingsFactory
 from tests.support.asgi import in_process
@@ -36,6 +35,14 @@ def keyed(make_settings: SettingsFactory) -> Iterator[httpx.Client]:
     """A client of an app configured with `retire.key` = KEY (the usual deployment)."""
     with in_process(create_app(make_settings(retire={"key": KEY}))) as client:
         yield client
+
+
+@pytest.fixture
+def ticket(keyed: httpx.Client, write_capture: CaptureWriter) -> dict[str, Any]:
+    """The `retire` object of a clean build of capture r-1, finalized by `keyed`."""
+    write_capture("r-1")
+    answer: dict[str, Any] = _finalize(keyed, "r-1")["retire"]
+    return answer
 
 
 def _finalize(client: httpx.Client, rollout_id: str) -> dict[str, Any]:
@@ -75,10 +82,8 @@ def test_valid_ticket_retires(
     assert stored_state(file_store, "r-1").retired is True
 
 
-def test_valid_ticket_retires_again(keyed: httpx.Client, write_capture: CaptureWriter) -> None:
+def test_valid_ticket_retires_again(keyed: httpx.Client, ticket: dict[str, Any]) -> None:
     """Presenting a ticket whose snapshot is already retired answers true again (idempotent)."""
-    write_capture("r-1")
-    ticket = _finalize(keyed, "r-1")["retire"]
     keyed.post("/retire", json=ticket)
     response = keyed.post("/retire", json=ticket)
     assert (response.status_code, response.json()) == (200, {"retired": True})
@@ -139,14 +144,12 @@ def test_ticket_grafted_from_another_rollout_is_403(
 )
 def test_edited_ticket_is_403(
     keyed: httpx.Client,
-    write_capture: CaptureWriter,
+    ticket: dict[str, Any],
     file_store: FileTokenStore,
     field: str,
     edit: Any,
 ) -> None:
     """A ticket with any field edited does not verify: 403, and nothing is retired."""
-    write_capture("r-1")
-    ticket = _finalize(keyed, "r-1")["retire"]
     response = keyed.post("/retire", json={**ticket, field: edit(ticket[field])})
     assert response.status_code == 403
     assert "does not verify" in response.json()["error"]
@@ -154,12 +157,10 @@ def test_edited_ticket_is_403(
 
 
 def test_ticket_from_another_key_is_403(
-    keyed: httpx.Client, write_capture: CaptureWriter, file_store: FileTokenStore
+    keyed: httpx.Client, ticket: dict[str, Any], file_store: FileTokenStore
 ) -> None:
     """A ticket for the real snapshot, signed under another key, is 403."""
-    write_capture("r-1")
-    genuine = _finalize(keyed, "r-1")["retire"]
-    fields = {k: genuine[k] for k in ("rollout_id", "source", "snapshot_id", "version")}
+    fields = {k: ticket[k] for k in ("rollout_id", "source", "snapshot_id", "version")}
     forged = TicketSigner(b"not-the-service-key").issue(**fields)
     assert keyed.post("/retire", json=forged).status_code == 403
     assert _kept(file_store, "r-1")
@@ -169,11 +170,9 @@ def test_ticket_from_another_key_is_403(
 
 
 def test_ticket_replayed_after_mark_incomplete_is_409(
-    keyed: httpx.Client, write_capture: CaptureWriter, file_store: FileTokenStore
+    keyed: httpx.Client, ticket: dict[str, Any], file_store: FileTokenStore
 ) -> None:
     """After a mark_incomplete the ticket's version is gone: 409, retired false, capture kept."""
-    write_capture("r-1")
-    ticket = _finalize(keyed, "r-1")["retire"]
     anyio.run(file_store.mark_incomplete, "r-1", "call-late")
     response = keyed.post("/retire", json=ticket)
     assert (response.status_code, response.json()["retired"]) == (409, False)
@@ -205,11 +204,9 @@ def test_ticket_replayed_after_a_new_line_is_409(
 
 
 def test_refused_late_put_leaves_the_ticket_valid(
-    keyed: httpx.Client, write_capture: CaptureWriter, file_store: FileTokenStore
+    keyed: httpx.Client, ticket: dict[str, Any], file_store: FileTokenStore
 ) -> None:
     """A put refused because the capture is frozen changes nothing: the ticket still retires."""
-    write_capture("r-1")
-    ticket = _finalize(keyed, "r-1")["retire"]
     with pytest.raises(CaptureFrozen):
         anyio.run(file_store.put, make_entry("r-1", "late", [1], [2]))
     assert keyed.post("/retire", json=ticket).json() == {"retired": True}
@@ -218,15 +215,17 @@ def test_refused_late_put_leaves_the_ticket_valid(
 # -- keys across replicas --------------------------------------------------------------------
 
 
-def _replicas(
+def _across_replicas(
     make_settings: SettingsFactory, key_a: str | None, key_b: str | None
-) -> tuple[FastAPI, FastAPI]:
-    """Two apps ("replicas") over the same capture directory, with the given retire keys."""
+) -> httpx.Response:
+    """Two apps ("replicas") over the same capture directory, with the given retire keys:
+    r-1 finalized on the first, its ticket presented to the second; the second's answer."""
 
     def settings(key: str | None) -> Settings:
         return make_settings(retire={"key": key}) if key else make_settings()
 
-    return create_app(settings(key_a)), create_app(settings(key_b))
+    with in_process(create_app(settings(key_a))) as a, in_process(create_app(settings(key_b))) as b:
+        return b.post("/retire", json=_finalize(a, "r-1")["retire"])
 
 
 def test_replicas_sharing_a_key_accept_each_others_tickets(
@@ -234,10 +233,7 @@ def test_replicas_sharing_a_key_accept_each_others_tickets(
 ) -> None:
     """A ticket minted by one replica retires on another configured with the same key."""
     write_capture("r-1")
-    app_a, app_b = _replicas(make_settings, KEY, KEY)
-    with in_process(app_a) as a, in_process(app_b) as b:
-        ticket = _finalize(a, "r-1")["retire"]
-        response = b.post("/retire", json=ticket)
+    response = _across_replicas(make_settings, KEY, KEY)
     assert (response.status_code, response.json()) == (200, {"retired": True})
     assert stored_state(file_store, "r-1").retired is True
 
@@ -247,10 +243,7 @@ def test_replicas_with_different_keys_refuse_each_others_tickets(
 ) -> None:
     """A ticket minted under one key is 403 on a replica configured with another key."""
     write_capture("r-1")
-    app_a, app_b = _replicas(make_settings, KEY, KEY + "-rotated")
-    with in_process(app_a) as a, in_process(app_b) as b:
-        ticket = _finalize(a, "r-1")["retire"]
-        response = b.post("/retire", json=ticket)
+    response = _across_replicas(make_settings, KEY, KEY + "-rotated")
     assert response.status_code == 403
     assert _kept(file_store, "r-1")
 
@@ -292,10 +285,7 @@ def test_without_retire_key_replicas_refuse_each_others_tickets(
 ) -> None:
     """Two apps with no `retire.key` each sign with their own random key: 403 across them."""
     write_capture("r-1")
-    app_a, app_b = _replicas(make_settings, None, None)
-    with in_process(app_a) as a, in_process(app_b) as b:
-        ticket = _finalize(a, "r-1")["retire"]
-        response = b.post("/retire", json=ticket)
+    response = _across_replicas(make_settings, None, None)
     assert response.status_code == 403
     assert _kept(file_store, "r-1")
 

@@ -10,46 +10,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.random_captures import RandomCapture, captures, resolve_requests
-from tests.support.vectors import case_ids, load_vectors, wire_entry
+from tests.support.vectors import (
+    RESOLUTION_DEFAULTS,
+    case_ids,
+    load_vectors,
+    resolution_answer,
+    wire_entry,
+)
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.indexed_resolution import resolve_indexed
 from token_finalizer.core.lineage_chains import ChainCache, ScopedChains, remember_committed
 from token_finalizer.core.lineage_index import RolloutLineage
 from token_finalizer.core.lineage_resolution import (
-    Resolution,
     ResolutionRequestError,
     resolve_lineage,
 )
 from token_finalizer.core.token_digest import token_digest
 
 CASES = [case for case in load_vectors("resolution.json")["cases"] if case["request"] is not None]
-_DEFAULTS: dict[str, Any] = {
-    "parent_call_id": None,
-    "prompt_is_delta": False,
-    "digest": None,
-    "cum_len": None,
-    "continuation_fingerprint": "",
-    "continuation_context_len": 0,
-    "continuation_context_digest": "",
-    "fingerprint_version": None,
-}
 FINGERPRINT, CONTEXT = "f" * 64, "c" * 64
-
-
-def _answer(resolution: Resolution) -> dict[str, Any]:
-    match = resolution.match
-    return {
-        "status": resolution.status,
-        "reason": resolution.reason,
-        "match": None
-        if match is None
-        else [
-            match.model_call_id,
-            match.cumulative_token_ids.tolist(),
-            match.digest,
-            match.prev_len,
-        ],
-    }
 
 
 class Indexed:
@@ -73,7 +52,7 @@ class Indexed:
             remember_committed(entry, link, self.chains)
 
     def resolve(self, fingerprint: str, digests: list[str]) -> dict[str, Any]:
-        return _answer(resolve_indexed(self.index, self.chains, fingerprint, 2, digests))
+        return resolution_answer(resolve_indexed(self.index, self.chains, fingerprint, 2, digests))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -92,7 +71,7 @@ def test_index_answers_as_resolution_over_all_committed_entries(
     for count, entry in enumerate(entries, 1):
         indexed.commit(entry)
         for fingerprint, digests in requests:
-            expected = _answer(resolve_lineage(entries[:count], fingerprint, 2, digests))
+            expected = resolution_answer(resolve_lineage(entries[:count], fingerprint, 2, digests))
             assert indexed.resolve(fingerprint, digests) == expected
 
 
@@ -101,23 +80,10 @@ def test_index_matches_the_resolution_vector(case: dict[str, Any]) -> None:
     """Each NeMo Gym 0.7 resolution vector resolves over the index as the vector says."""
     indexed = Indexed(ChainCache(1_000))
     for wire in case["entries"]:
-        indexed.commit(wire_entry(wire, _DEFAULTS))
+        indexed.commit(wire_entry(wire, RESOLUTION_DEFAULTS))
     request = case["request"]
     answer = indexed.resolve(request["fingerprint"], request["context_digests"])
-    expected = case["expected"]
-    match = expected["match"]
-    assert answer == {
-        "status": expected["status"],
-        "reason": expected["reason"],
-        "match": None
-        if match is None
-        else [
-            match["model_call_id"],
-            match["cumulative_token_ids"],
-            match["digest"],
-            match["prev_len"],
-        ],
-    }
+    assert answer == case["expected"]
 
 
 def _call(call_id: str, fingerprint: str, **fields: Any) -> Any:
@@ -129,7 +95,7 @@ def _call(call_id: str, fingerprint: str, **fields: Any) -> Any:
         "continuation_context_digest": CONTEXT,
         **fields,
     }
-    return wire_entry(stamped, _DEFAULTS)
+    return wire_entry(stamped, RESOLUTION_DEFAULTS)
 
 
 def _delta(call_id: str, parent: str, prompt: list[int], cumulative: list[int]) -> Any:
@@ -149,9 +115,9 @@ def test_answer_reads_only_the_delta_after_a_cached_parent() -> None:
     indexed.commit(_call("a", "a" * 64, prompt_token_ids=[1, 2]))
     indexed.commit(_delta("b", "a", [3], [1, 2, 3]))
     indexed.commit(_delta("c", "b", [4], [1, 2, 3, 4]))
-    assert indexed.resolve("b" * 64, [CONTEXT])["match"][1] == [1, 2, 3]
+    assert indexed.resolve("b" * 64, [CONTEXT])["match"]["cumulative_token_ids"] == [1, 2, 3]
     indexed.read.clear()
-    assert indexed.resolve("c" * 64, [CONTEXT])["match"][1] == [1, 2, 3, 4]
+    assert indexed.resolve("c" * 64, [CONTEXT])["match"]["cumulative_token_ids"] == [1, 2, 3, 4]
     assert indexed.read == ["c"]
 
 
@@ -164,7 +130,7 @@ def test_answer_rebuilds_a_chain_from_its_anchor_once() -> None:
     indexed.resolve("c" * 64, [CONTEXT])
     assert sorted(indexed.read) == ["a", "b", "c"]
     indexed.read.clear()
-    assert indexed.resolve("c" * 64, [CONTEXT])["match"][1] == [1, 2, 3, 4]
+    assert indexed.resolve("c" * 64, [CONTEXT])["match"]["cumulative_token_ids"] == [1, 2, 3, 4]
     assert indexed.read == []
 
 
@@ -193,4 +159,9 @@ def test_duck_typed_entries_are_indexed() -> None:
             continuation_context_digest=CONTEXT,
         )
     )
-    assert indexed.resolve(FINGERPRINT, [CONTEXT])["match"] == ["a", [1, 2], "", 2]
+    assert indexed.resolve(FINGERPRINT, [CONTEXT])["match"] == {
+        "model_call_id": "a",
+        "cumulative_token_ids": [1, 2],
+        "digest": "",
+        "prev_len": 2,
+    }

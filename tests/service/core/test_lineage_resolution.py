@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.vectors import case_ids, load_vectors, wire_entry
+from tests.support.vectors import (
+    RESOLUTION_DEFAULTS,
+    case_ids,
+    load_vectors,
+    resolution_answer,
+    wire_entry,
+)
 from token_finalizer.core.lineage_resolution import (
     MAX_DELTA_DEPTH,
     Resolution,
@@ -27,17 +33,6 @@ from token_finalizer_client.protocol import (
 CASES = load_vectors("resolution.json")["cases"]
 WIRE_CASES = [case for case in CASES if case["request"] is not None]
 
-# Absent optional TokenEntry fields, as the wire format defaults them.
-_DEFAULTS: dict[str, Any] = {
-    "parent_call_id": None,
-    "prompt_is_delta": False,
-    "digest": None,
-    "cum_len": None,
-    "continuation_fingerprint": "",
-    "continuation_context_len": 0,
-    "continuation_context_digest": "",
-    "fingerprint_version": None,
-}
 
 ITEMS = [
     {"role": "user", "content": "hi"},
@@ -50,23 +45,7 @@ DIGESTS = context_digests(ITEMS)
 
 def _entry(wire: dict[str, Any]) -> SimpleNamespace:
     """A duck-typed entry with int32 token arrays, like the finalizer's TokenEntry."""
-    return wire_entry(wire, _DEFAULTS)
-
-
-def _answer(resolution: Resolution) -> dict[str, Any]:
-    match = resolution.match
-    return {
-        "status": resolution.status,
-        "reason": resolution.reason,
-        "match": None
-        if match is None
-        else {
-            "model_call_id": match.model_call_id,
-            "cumulative_token_ids": match.cumulative_token_ids.tolist(),
-            "digest": match.digest,
-            "prev_len": match.prev_len,
-        },
-    }
+    return wire_entry(wire, RESOLUTION_DEFAULTS)
 
 
 def _stamped(
@@ -111,7 +90,7 @@ def _delta_chain(depth: int) -> list[SimpleNamespace]:
 def test_resolve_items_matches_vector(case: dict[str, Any]) -> None:
     """Resolving request items gives the vector's status, reason and match."""
     entries = [_entry(e) for e in case["entries"]]
-    assert _answer(resolve_items(entries, case["request_items"])) == case["expected"]
+    assert resolution_answer(resolve_items(entries, case["request_items"])) == case["expected"]
 
 
 @pytest.mark.parametrize("case", WIRE_CASES, ids=case_ids(WIRE_CASES))
@@ -124,7 +103,7 @@ def test_wire_form_matches_vector(case: dict[str, Any]) -> None:
         request["fingerprint_version"],
         request["context_digests"],
     )
-    assert _answer(resolution) == case["expected"]
+    assert resolution_answer(resolution) == case["expected"]
 
 
 def test_delta_chain_at_max_depth_resolves() -> None:
@@ -251,17 +230,19 @@ def test_wire_form_equals_item_form() -> None:
     entries = [_stamped("c1", [1, 2], [3])]
     by_items = resolve_items(entries, ITEMS)
     by_wire = resolve_lineage(entries, FINGERPRINT, FINGERPRINT_VERSION, DIGESTS)
-    assert _answer(by_items) == _answer(by_wire)
+    assert resolution_answer(by_items) == resolution_answer(by_wire)
 
 
 def test_lineage_fields_are_read_from_a_nested_lineage_record() -> None:
     """An entry keeping its 0.7 fields on ``entry.lineage`` resolves like a flat one."""
     flat = _stamped("c1", [1, 2], [3])
-    lineage_names = set(_DEFAULTS)
+    lineage_names = set(RESOLUTION_DEFAULTS)
     nested = SimpleNamespace(
         model_call_id="c1",
         prompt_token_ids=flat.prompt_token_ids,
         generation_token_ids=flat.generation_token_ids,
         lineage=SimpleNamespace(**{k: v for k, v in vars(flat).items() if k in lineage_names}),
     )
-    assert _answer(resolve_items([nested], ITEMS)) == _answer(resolve_items([flat], ITEMS))
+    assert resolution_answer(resolve_items([nested], ITEMS)) == resolution_answer(
+        resolve_items([flat], ITEMS)
+    )

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.captures import agent_rollout, record_for
+from tests.support.captures import record_for
 from token_finalizer import MemoryTokenStore
 from token_finalizer.core.entries import Snapshot
 from token_finalizer.core.errors import StoreUnreachable
@@ -28,15 +28,6 @@ def _settings(**capture: Any) -> Settings:
     return settings_from_mapping(
         {"sources": {"local": {"kind": "memory"}}, "token_id_capture": capture}, env={}
     )
-
-
-@pytest.fixture
-async def store() -> MemoryTokenStore:
-    """A store holding one clean three-call rollout, `r-1`."""
-    memory = MemoryTokenStore()
-    for entry in agent_rollout("r-1", calls=3, new_tokens_per_turn=4):
-        await memory.put(entry)
-    return memory
 
 
 @pytest.fixture

@@ -7,22 +7,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.captures import agent_rollout, record_for
+from tests.support.captures import record_for
 from token_finalizer import MemoryTokenStore
 from token_finalizer.service.errors import StaleSnapshot, TicketRejected
 from token_finalizer.service.finalizing import finalize_one
 from token_finalizer.service.retiring import retire_one
 from token_finalizer.service.state import ServiceState
 from token_finalizer.settings import settings_from_mapping
-
-
-@pytest.fixture
-async def store() -> MemoryTokenStore:
-    """A store holding one clean rollout, `r-1`."""
-    memory = MemoryTokenStore()
-    for entry in agent_rollout("r-1", calls=2, new_tokens_per_turn=4):
-        await memory.put(entry)
-    return memory
 
 
 @pytest.fixture

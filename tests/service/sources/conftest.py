@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from tests.support.redis import redis_url as find_redis_url
 from tests.support.redis import unique_prefix
@@ -24,6 +25,14 @@ STORE_KINDS = ("memory", "file", "redis")
 def redis_url() -> str:
     """The URL of the test Redis (fails clearly when none answers)."""
     return find_redis_url()
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain synchronous client, to look at what the store wrote."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -303,14 +304,10 @@ async def test_killed_state_write_leaves_a_temp_file_that_sweep_removes(
 # -- retire order: the tombstone before the deletes --------------------------------------
 
 
-async def test_crash_between_tombstone_and_deletes_is_recovered(
-    file_store: FileTokenStore, capture_dir: Path, monkeypatch: pytest.MonkeyPatch
+async def _drop_crashing_after_the_tombstone(
+    store: FileTokenStore, monkeypatch: pytest.MonkeyPatch, ref: dict[str, Any]
 ) -> None:
-    """The tombstone is written first; orphans left by a crash go with the next drop."""
-    await file_store.put(make_entry("r1", "c1", [1], [2]))
-    await file_store.begin_call("r1", "c1")
-    snapshot = await file_store.freeze("r1")
-    ref = {"snapshot_id": snapshot.snapshot_id, "version": snapshot.version}
+    """Drop r1 with a crash (a BaseException) where its data files would be deleted."""
 
     class Crash(BaseException):
         pass
@@ -321,7 +318,18 @@ async def test_crash_between_tombstone_and_deletes_is_recovered(
     with monkeypatch.context() as patch:
         patch.setattr(CaptureFiles, "remove_data_files", crash)
         with pytest.raises(Crash):
-            await file_store.drop("r1", **ref)
+            await store.drop("r1", **ref)
+
+
+async def test_crash_between_tombstone_and_deletes_is_recovered(
+    file_store: FileTokenStore, capture_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tombstone is written first; orphans left by a crash go with the next drop."""
+    await file_store.put(make_entry("r1", "c1", [1], [2]))
+    await file_store.begin_call("r1", "c1")
+    snapshot = await file_store.freeze("r1")
+    ref = {"snapshot_id": snapshot.snapshot_id, "version": snapshot.version}
+    await _drop_crashing_after_the_tombstone(file_store, monkeypatch, ref)
 
     assert stored_state(file_store, "r1").retired is True
     assert (capture_dir / "r1.tokens.jsonl").exists()  # an orphan, behind its tombstone
@@ -342,17 +350,8 @@ async def test_sweep_removes_orphans_of_a_fresh_tombstone(
     """Orphan data files behind a tombstone go at the next sweep; the young tombstone stays."""
     await file_store.put(make_entry("r1", "c1", [1], [2]))
     snapshot = await file_store.freeze("r1")
-
-    class Crash(BaseException):
-        pass
-
-    def crash(files: object) -> list[str]:
-        raise Crash
-
-    with monkeypatch.context() as patch:
-        patch.setattr(CaptureFiles, "remove_data_files", crash)
-        with pytest.raises(Crash):
-            await file_store.drop("r1", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
+    ref = {"snapshot_id": snapshot.snapshot_id, "version": snapshot.version}
+    await _drop_crashing_after_the_tombstone(file_store, monkeypatch, ref)
 
     report = await sweep(file_store, retired_older_than=HOUR)
     assert [(f.name, f.reason) for f in report.leftovers] == [("r1.tokens.jsonl", "orphan")]

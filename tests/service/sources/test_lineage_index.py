@@ -12,6 +12,7 @@ capture retired, deleted, swept or recreated, and what a resolve reads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -239,23 +240,30 @@ def test_file_store_keeps_a_bounded_number_of_indexes(
     assert run_sync(scenario()) == 2
 
 
+@contextlib.asynccontextmanager
+async def _redis_store(url: str, label: str) -> AsyncIterator[RedisTokenStore]:
+    """A redis store under a key prefix of its own (deleted after), closed after the block."""
+    with unique_prefix(url, label) as prefix:
+        store = RedisTokenStore(url, key_prefix=prefix)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
 @pytest.mark.anyio
 async def test_redis_capture_written_without_the_index_is_resolved_whole(
     redis_url_fixture: str,
 ) -> None:
     """Entries stored by a store without the index (no links) resolve over every entry, as then."""
-    with unique_prefix(redis_url_fixture, "unindexed") as prefix:
-        store = RedisTokenStore(redis_url_fixture, key_prefix=prefix)
+    async with _redis_store(redis_url_fixture, "unindexed") as store:
+        await store.put(_call("c1", [1], [2]))
+        raw = redis.Redis.from_url(redis_url_fixture)
         try:
-            await store.put(_call("c1", [1], [2]))
-            raw = redis.Redis.from_url(redis_url_fixture)
-            try:
-                raw.delete(store.keys(ROLLOUT_ID)[6], store.keys(ROLLOUT_ID)[7])
-            finally:
-                raw.close()
-            resolution = await store.resolve_lineage(ROLLOUT_ID, QUERY)
+            raw.delete(store.keys(ROLLOUT_ID)[6], store.keys(ROLLOUT_ID)[7])
         finally:
-            await store.close()
+            raw.close()
+        resolution = await store.resolve_lineage(ROLLOUT_ID, QUERY)
     assert _answer(resolution)[2] == ("c1", [1, 2], token_digest([1, 2]), 2)
 
 
@@ -264,26 +272,22 @@ async def test_redis_resolve_script_sends_only_the_answers_delta_chain(
     redis_url_fixture: str,
 ) -> None:
     """The script returns the lines of the chosen call's chain, none of the rest of the rollout."""
-    with unique_prefix(redis_url_fixture, "script") as prefix:
-        store = RedisTokenStore(redis_url_fixture, key_prefix=prefix)
-        try:
-            await store.put(make_entry(ROLLOUT_ID, "other", [9, 9], [9]))
-            await store.put(make_entry(ROLLOUT_ID, "a", [1], [2]))
-            delta = _call("b", [3], [4], prompt_is_delta=True, parent_call_id="a")
-            delta.update(
-                parent_resolution="resolved",
-                digest=token_digest([1, 2, 3, 4]),
-                cum_len=4,
-            )
-            await store.put(delta)
-            reply = await store._redis.run(
-                "resolve",
-                ROLLOUT_ID,
-                ("candidates", "", 10_000, 0, FINGERPRINT, CONTEXT),
-                "test",
-            )
-        finally:
-            await store.close()
+    async with _redis_store(redis_url_fixture, "script") as store:
+        await store.put(make_entry(ROLLOUT_ID, "other", [9, 9], [9]))
+        await store.put(make_entry(ROLLOUT_ID, "a", [1], [2]))
+        delta = _call("b", [3], [4], prompt_is_delta=True, parent_call_id="a")
+        delta.update(
+            parent_resolution="resolved",
+            digest=token_digest([1, 2, 3, 4]),
+            cum_len=4,
+        )
+        await store.put(delta)
+        reply = await store._redis.run(
+            "resolve",
+            ROLLOUT_ID,
+            ("candidates", "", 10_000, 0, FINGERPRINT, CONTEXT),
+            "test",
+        )
     status, _epoch, candidates, _links, lines = reply
     assert status == b"ok" and candidates[0] == b"b"
     assert sorted(lines[0::2]) == [b"a", b"b"]

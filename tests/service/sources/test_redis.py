@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -50,14 +50,6 @@ STAMPED = {
     "continuation_context_digest": "b" * 64,
     "fingerprint_version": 2,
 }
-
-
-@pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain synchronous client, to look at what the store wrote."""
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.fixture
@@ -250,6 +242,18 @@ async def test_freeze_removes_the_abandoned_ttl(
 # -- damaged data ----------------------------------------------------------------------------------
 
 
+async def _stored_beside_c1(
+    rstore: RedisTokenStore, raw: redis.Redis, entry: dict[str, Any], line: bytes
+) -> str:
+    """Put r1/c1, then write `line` as the stored entry of `entry`'s call behind the
+    store's back (listed in r1's order); the entries hash's key."""
+    await rstore.put(make_entry("r1", "c1", [1], [2]))
+    _state, entries, _digests, order, *_ = rstore.keys("r1")
+    raw.hset(entries, entry["model_call_id"], line)
+    raw.rpush(order, entry["model_call_id"])
+    return entries
+
+
 async def test_listed_call_without_entry_is_corrupt(
     rstore: RedisTokenStore, raw: redis.Redis
 ) -> None:
@@ -264,10 +268,8 @@ async def test_entry_of_another_rollout_is_refused(
     rstore: RedisTokenStore, raw: redis.Redis
 ) -> None:
     """A stored line naming another rollout raises TokenEntryError."""
-    await rstore.put(make_entry("r1", "c1", [1], [2]))
-    _state, entries, _digests, order, *_ = rstore.keys("r1")
-    raw.hset(entries, "c2", dumps_entry_line(make_entry("r2", "c2", [1], [2])))
-    raw.rpush(order, "c2")
+    other = make_entry("r2", "c2", [1], [2])
+    await _stored_beside_c1(rstore, raw, other, dumps_entry_line(other))
     with pytest.raises(TokenEntryError, match="r2"):
         await rstore.freeze("r1")
 
@@ -276,11 +278,9 @@ async def test_newer_schema_line_masks_and_retires_nothing(
     rstore: RedisTokenStore, raw: redis.Redis
 ) -> None:
     """A stored entry of a newer schema masks the record and leaves the capture in place."""
-    await rstore.put(make_entry("r1", "c1", [1], [2]))
-    _state, entries, _digests, order, *_ = rstore.keys("r1")
     newer = make_entry("r1", "c2", [1, 2, 3], [4], schema_version=2)
-    raw.hset(entries, "c2", orjson.dumps(newer, option=orjson.OPT_SORT_KEYS))
-    raw.rpush(order, "c2")
+    line = orjson.dumps(newer, option=orjson.OPT_SORT_KEYS)
+    entries = await _stored_beside_c1(rstore, raw, newer, line)
     build = await finalize_rollout_token_capture(record_for("r1"), rstore)
     assert build["mask_sample"] is True and "schema_version 2" in build["error"]
     assert await retire_rollout_token_capture("r1", rstore, build) is False

@@ -6,7 +6,7 @@ what only the redis store can show (docs/staging.md#storage).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -18,14 +18,6 @@ from token_finalizer.sources.redis import STAGING_KEY_PARTS, RedisTokenStore
 pytestmark = pytest.mark.anyio
 
 RID = "r.staged"
-
-
-@pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain synchronous client, to look at what the store wrote."""
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.fixture

@@ -153,14 +153,7 @@ async def test_a_continuation_resolves_to_its_parent_row(store: Any, chat: Conve
     await _record_all(store, chat)
     answer = await resolution_of(store, RID, chat.request_items(3))
     assert answer["status"] == "resolved"
-    assert answer["match"] == {
-        "model_call_id": "c3",
-        "cumulative_token_ids": [],
-        "digest": chat.records[2].cumulative_hash,
-        "staging_chain": chat.rows[2]["staging_chain"],
-        "prev_len": chat.records[2].cum_len,
-        "chain_hash": chat.records[2].chain_hash,
-    }
+    assert answer["match"] == chat.staged_match(2)
 
 
 async def test_a_middle_call_resolves_too(store: Any, chat: Conversation) -> None:

@@ -95,6 +95,15 @@ async def wire(transport: httpx.ASGITransport) -> AsyncIterator[httpx.AsyncClien
         yield client
 
 
+def _wire_body(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The resolve request body of a client whose next request carries `items`."""
+    return {
+        "fingerprint_version": FINGERPRINT_VERSION,
+        "fingerprint": assistant_fingerprint(items),
+        "context_digests": context_digests(items),
+    }
+
+
 async def _commit(store: Any, *entries: dict[str, Any]) -> None:
     for entry in entries:
         await store.put(entry)
@@ -285,11 +294,7 @@ async def test_large_match_is_zstd_when_asked(store: Any, wire: httpx.AsyncClien
     """A client accepting zstd receives the resolve answer compressed."""
     talk = Conversation("r1")
     await _commit(store, talk.call("call-1", "sunny", new_prompt=list(range(5000)), generation=[7]))
-    body = {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "fingerprint": assistant_fingerprint(talk.items),
-        "context_digests": context_digests(talk.items),
-    }
+    body = _wire_body(talk.items)
     answer = await wire.post(RESOLVE.format("r1"), json=body, headers={"Accept-Encoding": "zstd"})
     assert answer.headers["content-encoding"] == "zstd"
     # httpx undoes the zstd encoding the header names.
@@ -300,11 +305,7 @@ async def test_compact_match_is_sent_uncompressed(store: Any, wire: httpx.AsyncC
     """The compact answer (already dense) is never zstd, even to a client that accepts it."""
     talk = Conversation("r1")
     await _commit(store, talk.call("call-1", "sunny", new_prompt=list(range(5000)), generation=[7]))
-    body = {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "fingerprint": assistant_fingerprint(talk.items),
-        "context_digests": context_digests(talk.items),
-    }
+    body = _wire_body(talk.items)
     answer = await wire.post(
         RESOLVE.format("r1") + "?tokens=compact", json=body, headers={"Accept-Encoding": "zstd"}
     )
@@ -333,14 +334,6 @@ async def test_large_rollout_resolves_the_same(store: Any, resolver: HttpLineage
 
 
 # -- the compact form of the cumulative ids (tokens=compact) -------------------------------------
-
-
-def _wire_body(items: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "fingerprint_version": FINGERPRINT_VERSION,
-        "fingerprint": assistant_fingerprint(items),
-        "context_digests": context_digests(items),
-    }
 
 
 def _decoded(tokens: dict[str, Any]) -> list[int]:

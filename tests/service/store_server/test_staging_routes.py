@@ -302,14 +302,7 @@ def test_resolve_answers_over_ledger_rows(http: httpx.Client, chat: Conversation
         "context_digests": list(query.context_digests),
     }
     answer = http.post(_path(chat, "lineage/resolve"), json=body, headers=WRITER).json()
-    assert answer["match"] == {
-        "model_call_id": "c3",
-        "cumulative_token_ids": [],
-        "digest": chat.records[2].cumulative_hash,
-        "staging_chain": chat.rows[2]["staging_chain"],
-        "prev_len": chat.records[2].cum_len,
-        "chain_hash": chat.records[2].chain_hash,
-    }
+    assert answer["match"] == chat.staged_match(2)
 
 
 def test_freeze_answers_the_staged_kind(http: httpx.Client, chat: Conversation) -> None:

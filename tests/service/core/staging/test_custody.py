@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
+from tests.service.core.staging._calls import staged_call
 from tests.support.staging_core_vectors import load_core_vectors, verification_inputs
 from token_finalizer.core.staging import (
     CustodyRefusal,
     StagedCallBaseSnapshot,
     admit_staged_record,
-    build_staged_call,
     check_custody,
 )
 
@@ -83,53 +83,21 @@ def test_broken_ancestry_is_refused() -> None:
 
 def test_ancestor_of_another_rollout_is_refused() -> None:
     """Every ancestor must belong to the record's rollout."""
-    other = build_staged_call(
-        rollout_id="elsewhere",
-        model_call_id="a",
-        parent=None,
-        prompt_token_ids=[1, 2, 3],
-        generated_token_ids=[101, 102],
-        generated_log_probs=[-0.125, -0.25],
-        weight_version=3,
-    )
+    other = staged_call(rollout_id="elsewhere", model_call_id="a", prompt=[1, 2, 3])
     assert _refusal(BRANCH["b"], [other]) == "parent_chain_broken"
 
 
 def test_root_with_foreign_chain_hash_is_refused() -> None:
     """A root must chain from nothing."""
-    record = build_staged_call(
-        rollout_id="r",
-        model_call_id="root",
-        parent=None,
-        prompt_token_ids=[1],
-        generated_token_ids=[2],
-        generated_log_probs=[-1.0],
-        weight_version=0,
-    )
+    record = staged_call(model_call_id="root")
     object.__setattr__(record, "chain_hash", BRANCH["a"].chain_hash)
     assert _refusal(record, []) == "chain_hash_mismatch"
 
 
 def test_root_whose_cumulative_hash_is_not_its_delta_is_refused() -> None:
     """A root's cumulative hash must be the hash of its own delta."""
-    record = build_staged_call(
-        rollout_id="r",
-        model_call_id="root",
-        parent=None,
-        prompt_token_ids=[1],
-        generated_token_ids=[2],
-        generated_log_probs=[-1.0],
-        weight_version=0,
-    )
-    forged = build_staged_call(
-        rollout_id="r",
-        model_call_id="root",
-        parent=None,
-        prompt_token_ids=[1],
-        generated_token_ids=[3],
-        generated_log_probs=[-1.0],
-        weight_version=0,
-    )
+    record = staged_call(model_call_id="root")
+    forged = staged_call(model_call_id="root", generated=[3])
     object.__setattr__(record, "cumulative_hash", forged.cumulative_hash)
     assert _refusal(record, []) == "cumulative_hash_mismatch"
 

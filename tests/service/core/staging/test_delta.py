@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.service.core.staging._calls import staged_call
 from tests.support.staging_core_vectors import load_core_vectors, verification_inputs
 from token_finalizer.core.staging import StagedCallRecord, build_staged_call
 
@@ -63,56 +64,36 @@ def test_prompt_shorter_than_parent_is_refused() -> None:
     """The prompt must reach the parent's end."""
     root = _stage_chain()[0]
     with pytest.raises(ValueError, match="outside prompt length"):
-        build_staged_call(
-            rollout_id="rollout-7",
-            model_call_id="x",
-            parent=root,
-            prompt_token_ids=[1],
-            generated_token_ids=[2],
-            generated_log_probs=[-1.0],
-            weight_version=0,
-        )
+        staged_call(rollout_id="rollout-7", model_call_id="x", parent=root, prompt=[1])
 
 
 def test_log_probs_must_match_generation() -> None:
     """One log probability per generated token."""
     with pytest.raises(ValueError, match="lengths differ"):
-        build_staged_call(
-            rollout_id="r",
-            model_call_id="x",
-            parent=None,
-            prompt_token_ids=[1],
-            generated_token_ids=[2, 3],
-            generated_log_probs=[-1.0],
-            weight_version=0,
-        )
+        staged_call(generated=[2, 3], log_probs=[-1.0])
 
 
 def test_empty_delta_is_refused() -> None:
     """A call with no new token at all cannot be staged."""
     root = _stage_chain()[0]
     with pytest.raises(ValueError, match="at least one token"):
-        build_staged_call(
+        staged_call(
             rollout_id="rollout-7",
             model_call_id="x",
             parent=root,
-            prompt_token_ids=np.arange(5),
-            generated_token_ids=[],
-            generated_log_probs=[],
-            weight_version=0,
+            prompt=np.arange(5),
+            generated=[],
         )
 
 
 def test_generation_free_call_is_all_carry() -> None:
     """A call that generated nothing stages its carry, masked 0.0."""
     root = _stage_chain()[0]
-    record = build_staged_call(
+    record = staged_call(
         rollout_id="rollout-7",
         model_call_id="x",
         parent=root,
-        prompt_token_ids=[1, 2, 3, 101, 102, 7],
-        generated_token_ids=[],
-        generated_log_probs=[],
-        weight_version=0,
+        prompt=[1, 2, 3, 101, 102, 7],
+        generated=[],
     )
     assert (record.token_ids_delta.tolist(), record.token_mask_delta.tolist()) == ([7], [0.0])

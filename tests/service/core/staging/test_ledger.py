@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.support.staging_core_vectors import case_ids, load_core_vectors
+from tests.support.staging_stores import row_of_commit
 from token_finalizer.core.staging import (
     CallRecord,
     LedgerConflict,
@@ -20,7 +21,6 @@ from token_finalizer.core.staging import (
     resolve_ledger,
     resolve_ledger_items,
 )
-from token_finalizer_client.protocol import assistant_fingerprint, conversation_digest
 
 VECTORS = load_core_vectors("core_ledger.json")
 WRITES = VECTORS["writes"]
@@ -30,25 +30,13 @@ WHOLE = next(case for case in WRITES if case["name"] == "whole_rollout")
 ROWS: list[dict[str, Any]] = WHOLE["expected"]["rows"]
 
 
-def _row_of_commit(commit: dict[str, Any]) -> dict[str, Any]:
-    """Our committed row for a CaptureLedgerCommit, lookup keys computed as a client would."""
-    request, response = commit["request_items"], commit["response_items"]
-    return commit_row(
-        CallRecord.from_json(commit["record"]),
-        staging_chain=commit["staging_chain"],
-        fingerprint=assistant_fingerprint(request + response),
-        context_len=len(request),
-        context_digest=conversation_digest(request),
-    )
-
-
 def _replay(operations: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
     """Apply the operations to an in-memory ledger with our write rules."""
     rows: list[dict[str, Any]] = []
     outcomes: list[str] = []
     for operation in operations:
         if operation["op"] == "record":
-            row = _row_of_commit(operation["commit"])
+            row = row_of_commit(operation["commit"])
             try:
                 decision = plan_commit(rows, row)
             except LedgerConflict:

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.service.core.staging._calls import staged_call
 from tests.service.core.staging._record_cases import cases_of, check_case
 from tests.support.staging_core_vectors import load_core_vectors
 from token_finalizer.core.staging import (
@@ -15,7 +16,6 @@ from token_finalizer.core.staging import (
     StagedCallRecord,
     StageResult,
     StagingRecordError,
-    build_staged_call,
 )
 
 GOLDEN = load_core_vectors("golden_vectors.json")
@@ -52,15 +52,7 @@ def test_columns_are_read_only_arrays() -> None:
 def test_constructor_does_not_freeze_the_callers_array() -> None:
     """An array passed in is copied before the record freezes its own."""
     ids = np.array([1, 2], dtype=">u8")
-    record = build_staged_call(
-        rollout_id="r",
-        model_call_id="c",
-        parent=None,
-        prompt_token_ids=ids,
-        generated_token_ids=[3],
-        generated_log_probs=[-0.5],
-        weight_version=0,
-    )
+    record = staged_call(prompt=ids, generated=[3])
     ids[0] = 9
     assert record.token_ids_delta.tolist() == [1, 2, 3]
 
@@ -107,15 +99,7 @@ def test_staging_key_property() -> None:
 
 def test_extras_digest_defaults_to_empty() -> None:
     """A record built without extras carries the empty extras digest."""
-    record = build_staged_call(
-        rollout_id="r",
-        model_call_id="c",
-        parent=None,
-        prompt_token_ids=[1],
-        generated_token_ids=[2],
-        generated_log_probs=[-0.5],
-        weight_version=0,
-    )
+    record = staged_call()
     assert (record.extras, record.extras_digest) == (None, EMPTY_EXTRAS_DIGEST)
 
 
@@ -129,15 +113,7 @@ def test_non_finite_log_prob_is_refused() -> None:
 
 def test_ids_beyond_int64_are_kept_exactly() -> None:
     """Ids up to 2**64 - 1 survive the round trip exactly."""
-    parent = build_staged_call(
-        rollout_id="r",
-        model_call_id="a",
-        parent=None,
-        prompt_token_ids=[2**64 - 1, 0, 2**63],
-        generated_token_ids=[5],
-        generated_log_probs=[-1.0],
-        weight_version=0,
-    )
+    parent = staged_call(prompt=[2**64 - 1, 0, 2**63], generated=[5])
     again = StagedCallRecord.from_json(parent.to_json())
     assert again.token_ids_delta.tolist() == [2**64 - 1, 0, 2**63, 5]
 
@@ -158,22 +134,5 @@ def test_records_compare_by_value() -> None:
 
 def test_records_with_one_field_changed_differ() -> None:
     """Records differing only in a field (here the weight version) are not equal."""
-    first = build_staged_call(
-        rollout_id="r",
-        model_call_id="c",
-        parent=None,
-        prompt_token_ids=[1],
-        generated_token_ids=[2],
-        generated_log_probs=[-0.5],
-        weight_version=0,
-    )
-    second = build_staged_call(
-        rollout_id="r",
-        model_call_id="c",
-        parent=None,
-        prompt_token_ids=[1],
-        generated_token_ids=[2],
-        generated_log_probs=[-0.5],
-        weight_version=1,
-    )
+    first, second = staged_call(weight_version=0), staged_call(weight_version=1)
     assert first != second

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.staging_core_vectors import case_ids, load_core_vectors, verification_inputs
+from tests.support.staging_stores import manifest_row
 from token_finalizer.core.staging import (
-    CallRecord,
     RebuildError,
     ReceiptVerificationError,
     RolloutReceipt,
@@ -109,24 +109,6 @@ def test_extras_check_refuses_unencodable_extras() -> None:
     assert caught.value.code == "invalid_extras"
 
 
-def _row_of(record: StagedCallRecord) -> CallRecord:
-    return CallRecord(
-        model_call_id=record.model_call_id,
-        parent_call_id=record.parent_call_id,
-        prev_len=record.prev_len,
-        delta_len=record.delta_len,
-        cum_len=record.cum_len,
-        weight_version=record.weight_version,
-        digest=record.digest,
-        extras_digest=record.extras_digest,
-        staging_key=record.staging_key,
-        mode=record.mode,
-        chain_hash=record.chain_hash,
-        cumulative_hash=record.cumulative_hash,
-        response_id=f"resp-{record.model_call_id}",
-    )
-
-
 turns = st.lists(
     st.tuples(
         st.lists(st.integers(0, 2**64 - 1), max_size=6),
@@ -162,7 +144,7 @@ def test_clean_chain_linearizes_to_its_concatenated_deltas(
         parent = record
     receipt = RolloutReceipt(
         rollout_id="r",
-        manifest=tuple(_row_of(record) for record in staged),
+        manifest=tuple(manifest_row(record) for record in staged),
         terminal_model_call_id=staged[-1].model_call_id,
         terminal_selection="heuristic",
     )
