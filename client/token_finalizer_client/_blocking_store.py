@@ -57,22 +57,15 @@ class BlockingStoreConnection:
     ) -> None:
         self._retry = RetryPolicy(max_retries)
         self.max_retries = max_retries
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        if max_connections < 1 or not 0 <= max_keepalive <= max_connections:
-            raise ValueError(
-                "the pool needs max_connections >= 1 and 0 <= max_keepalive <= max_connections, "
-                f"got {max_connections} and {max_keepalive}"
-            )
-        if max_answer_bytes < 1:
-            raise ValueError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
-        self._endpoint = StoreEndpoint.create(
+        self._endpoint = StoreEndpoint.for_connection(
             url,
             token=token,
-            timeout_s=timeout,
+            timeout=timeout,
             max_connections=max_connections,
             max_keepalive=max_keepalive,
         )
+        if max_answer_bytes < 1:
+            raise ValueError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
         self._limits = AnswerLimits(timeout_s=timeout, max_bytes=max_answer_bytes)
         self.url = self._endpoint.url
         self._transport = transport

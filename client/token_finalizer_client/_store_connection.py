@@ -81,6 +81,36 @@ class StoreEndpoint:
             ),
         )
 
+    @classmethod
+    def for_connection(
+        cls,
+        url: str,
+        *,
+        token: str | None,
+        timeout: float,
+        max_connections: int,
+        max_keepalive: int,
+    ) -> StoreEndpoint:
+        """The endpoint of a `StoreConnection` or `BlockingStoreConnection`, its arguments checked.
+
+        Both take `timeout`, `max_connections` and `max_keepalive` from their
+        callers; a bad one is a ValueError that names the caller's argument.
+        """
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_connections < 1 or not 0 <= max_keepalive <= max_connections:
+            raise ValueError(
+                "the pool needs max_connections >= 1 and 0 <= max_keepalive <= max_connections, "
+                f"got {max_connections} and {max_keepalive}"
+            )
+        return cls.create(
+            url,
+            token=token,
+            timeout_s=timeout,
+            max_connections=max_connections,
+            max_keepalive=max_keepalive,
+        )
+
     def __repr__(self) -> str:  # never shows the token
         return f"{type(self).__name__}(url={self.url!r})"
 
@@ -132,17 +162,10 @@ class StoreConnection:
     ) -> None:
         self._retry = RetryPolicy(max_retries)
         self.max_retries = max_retries
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        if max_connections < 1 or not 0 <= max_keepalive <= max_connections:
-            raise ValueError(
-                "the pool needs max_connections >= 1 and 0 <= max_keepalive <= max_connections, "
-                f"got {max_connections} and {max_keepalive}"
-            )
-        self._endpoint = StoreEndpoint.create(
+        self._endpoint = StoreEndpoint.for_connection(
             url,
             token=token,
-            timeout_s=timeout,
+            timeout=timeout,
             max_connections=max_connections,
             max_keepalive=max_keepalive,
         )
