@@ -21,14 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from token_finalizer.core.lineage_fields import CallView, lineage_field
-from token_finalizer.core.witnesses import (
-    declared_witness,
-    explicit_witness,
-    given,
-    response_id_witness,
-    response_output,
-    witness_verdict,
-)
+from token_finalizer.core.witnesses import NO_METHOD, given, response_output, run_witnesses
 from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     FingerprintError,
@@ -46,8 +39,6 @@ __all__ = [
 
 TERMINAL_CALL_KEY = "_ng_terminal_model_call_id"
 TERMINAL_RESPONSE_ID_KEY = "terminal_response_id"
-
-NO_METHOD = "none"
 
 
 @dataclass(frozen=True)
@@ -99,36 +90,16 @@ def attribute_terminal(
 def _attribute(
     entries: Sequence[CallView], record: Mapping[str, Any], declared: bool
 ) -> TerminalAttribution:
-    reasons: list[str] = []
-    witnesses: list[tuple[str, CallView]] = []
-
-    def unattributed() -> TerminalAttribution:
-        return TerminalAttribution(NO_METHOD, None, ",".join(reasons), declared)
-
-    explicit_id = given(record.get(TERMINAL_CALL_KEY))
-    if explicit_id is not None:
-        explicit_witness(entries, explicit_id, reasons, witnesses)
-
-    declared_id = declared_response_id(record)
-    if declared_id is not None and declared_witness(
-        entries, declared_id, reasons, witnesses, served_id=_served_id, collapse=_collapse
-    ):
-        return unattributed()
-
-    response = record.get("response")
-    if isinstance(response, dict) and response:
-        response_id_witness(
-            entries, response, reasons, witnesses, served_id=_served_id, collapse=_collapse
-        )
-        _content_witness(entries, response, reasons, witnesses)
-    else:
-        reasons.append("no_response_object")
-
-    verdict = witness_verdict(witnesses, reasons, _collapse)
-    if isinstance(verdict, str):
-        return unattributed()
-    method, named = verdict
-    return TerminalAttribution(method, named.model_call_id, ",".join(reasons), declared)
+    verdict = run_witnesses(
+        entries,
+        explicit_id=given(record.get(TERMINAL_CALL_KEY)),
+        declared_id=declared_response_id(record),
+        response=record.get("response"),
+        served_id=_served_id,
+        collapse=_collapse,
+        content_witness=_content_witness,
+    )
+    return TerminalAttribution(verdict.method, verdict.call_id, verdict.reason, declared)
 
 
 def _served_id(entry: CallView) -> object:

@@ -2,16 +2,17 @@
 
 ``core/terminal.py`` attributes over captured calls and
 ``core/staging/attribution.py`` over token-free manifest rows. The rows differ
-(how a row's response id is read, which rows count as one sequence), the steps
-over the finished record do not: each witness names one row or abstains with a
-reason, and only witnesses that agree attribute. The caller passes how to read
-a row's response id and how to collapse candidates to one row.
+(how a row's response id is read, which rows count as one sequence, what the
+content witness compares), the steps over the finished record do not: each
+witness names one row or abstains with a reason, a declared response id that
+names no row stops at once, and only witnesses that agree attribute.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 from token_finalizer_client.protocol import (
     FingerprintError,
@@ -20,14 +21,15 @@ from token_finalizer_client.protocol import (
 )
 
 __all__ = [
+    "NO_METHOD",
     "ResponseOutput",
-    "declared_witness",
-    "explicit_witness",
+    "Verdict",
     "given",
-    "response_id_witness",
     "response_output",
-    "witness_verdict",
+    "run_witnesses",
 ]
+
+NO_METHOD = "none"
 
 
 class _Row(Protocol):
@@ -42,59 +44,95 @@ RowT = TypeVar("RowT", bound=_Row)
 ResponseOutput = tuple[list[dict[str, Any]], str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict(Generic[RowT]):
+    """The first witness's method and row (``NO_METHOD`` and None when none), the reason
+    trail, and why nothing was attributed ("" when a row was)."""
+
+    method: str
+    row: RowT | None
+    reason: str
+    failure: str
+
+    @property
+    def call_id(self) -> str | None:
+        return None if self.row is None else self.row.model_call_id
+
+
 def given(value: Any) -> str | None:
     """A record claim: a falsy value (null, "", 0, false) means not given."""
     return str(value) if value else None
 
 
-def explicit_witness(
+def run_witnesses(
     rows: Sequence[RowT],
-    explicit_id: str,
-    reasons: list[str],
-    witnesses: list[tuple[str, RowT]],
-) -> None:
-    """Name the row with the explicit call id; a duplicated id names its last copy."""
-    named = {row.model_call_id: row for row in rows}.get(explicit_id)
-    if named is None:
-        reasons.append("explicit_terminal_not_captured")
-    else:
-        witnesses.append(("explicit", named))
-
-
-def declared_witness(
-    rows: Sequence[RowT],
-    declared_id: str,
-    reasons: list[str],
-    witnesses: list[tuple[str, RowT]],
     *,
+    explicit_id: str | None,
+    declared_id: str | None,
+    response: object,
     served_id: Callable[[RowT], object],
     collapse: Callable[[Sequence[RowT]], RowT | None],
-) -> str:
-    """Name the rows that served the declared response id; else the failure, "" when named.
+    content_witness: Callable[
+        [Sequence[RowT], dict[str, Any], list[str], list[tuple[str, RowT]]], None
+    ],
+) -> Verdict[RowT]:
+    """Ask the witnesses in order (explicit, declared, response id, content); the verdict.
 
-    A failure stops attribution: the harness said which response it kept, and
-    picking another row would train on a response nobody scored.
+    ``served_id`` reads the response id a row served; ``collapse`` stands one
+    row for candidates that are one token sequence, None when they are not;
+    ``content_witness`` appends its row to the witnesses, or its reason.
     """
-    claimed = [row for row in rows if served_id(row) == declared_id]
-    winner = collapse(claimed)
-    if winner is None:
-        failure = "declared_ambiguous" if claimed else "declared_terminal_not_captured"
-        reasons.append(failure)
-        return failure
-    witnesses.append(("declared", winner))
-    return ""
+    reasons: list[str] = []
+    witnesses: list[tuple[str, RowT]] = []
+
+    def unattributed(failure: str) -> Verdict[RowT]:
+        return Verdict(NO_METHOD, None, ",".join(reasons), failure)
+
+    if explicit_id is not None:
+        # A duplicated id is looked up as its last copy, as a dict built in order would.
+        named = {row.model_call_id: row for row in rows}.get(explicit_id)
+        if named is None:
+            reasons.append("explicit_terminal_not_captured")
+        else:
+            witnesses.append(("explicit", named))
+
+    if declared_id is not None:
+        claimed = [row for row in rows if served_id(row) == declared_id]
+        winner = collapse(claimed)
+        if winner is None:
+            # The harness said which response it kept; picking another row
+            # instead would train on a response nobody scored.
+            failure = "declared_ambiguous" if claimed else "declared_terminal_not_captured"
+            reasons.append(failure)
+            return unattributed(failure)
+        witnesses.append(("declared", winner))
+
+    if isinstance(response, dict) and response:
+        _response_id_witness(rows, response, reasons, witnesses, served_id, collapse)
+        content_witness(rows, response, reasons, witnesses)
+    else:
+        reasons.append("no_response_object")
+
+    if not witnesses:
+        return unattributed("no_witness")
+    if collapse([row for _, row in witnesses]) is None:
+        named_by = ";".join(f"{method}={row.model_call_id}" for method, row in witnesses)
+        reasons.append(f"witness_disagreement[{named_by}]")
+        return unattributed("witness_disagreement")
+    method, first = witnesses[0]
+    if len(witnesses) > 1:
+        reasons.append("corroborated_by=" + "+".join(other for other, _ in witnesses[1:]))
+    return Verdict(method, first, ",".join(reasons), "")
 
 
-def response_id_witness(
+def _response_id_witness(
     rows: Sequence[RowT],
     response: Mapping[str, Any],
     reasons: list[str],
     witnesses: list[tuple[str, RowT]],
-    *,
     served_id: Callable[[RowT], object],
     collapse: Callable[[Sequence[RowT]], RowT | None],
 ) -> None:
-    """Name the rows that served ``response.id``, when they collapse to one."""
     response_id = str(response.get("id") or "")
     if not response_id:
         reasons.append("response_has_no_id")
@@ -111,7 +149,7 @@ def response_id_witness(
 
 
 def response_output(response: Mapping[str, Any], reasons: list[str]) -> ResponseOutput | None:
-    """What the content witness matches rows against; None, with the reason, when nothing."""
+    """What a content witness matches rows against; None, with the reason, when nothing."""
     output = response.get("output")
     items = [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
     if not items:
@@ -141,25 +179,3 @@ def _trailing_model_fingerprint(items: list[dict[str, Any]]) -> str:
         # Not reached after the whole output fingerprinted (the run is a part of
         # it); kept so that a tail never fails an attribution on its own.
         return ""
-
-
-def witness_verdict(
-    witnesses: list[tuple[str, RowT]],
-    reasons: list[str],
-    collapse: Callable[[Sequence[RowT]], RowT | None],
-) -> tuple[str, RowT] | str:
-    """The first witness's method and row when all witnesses agree; else the failure.
-
-    Agreement is up to ``collapse``; a disagreement goes into the reason trail
-    with who named what, and a corroboration with the other methods.
-    """
-    if not witnesses:
-        return "no_witness"
-    if collapse([row for _, row in witnesses]) is None:
-        named_by = ";".join(f"{method}={row.model_call_id}" for method, row in witnesses)
-        reasons.append(f"witness_disagreement[{named_by}]")
-        return "witness_disagreement"
-    method, named = witnesses[0]
-    if len(witnesses) > 1:
-        reasons.append("corroborated_by=" + "+".join(other for other, _ in witnesses[1:]))
-    return method, named

@@ -24,14 +24,7 @@ from typing import Any
 
 from token_finalizer.core.staging.manifest import CallRecord
 from token_finalizer.core.terminal import TERMINAL_CALL_KEY, TERMINAL_RESPONSE_ID_KEY
-from token_finalizer.core.witnesses import (
-    declared_witness,
-    explicit_witness,
-    given,
-    response_id_witness,
-    response_output,
-    witness_verdict,
-)
+from token_finalizer.core.witnesses import NO_METHOD, given, response_output, run_witnesses
 from token_finalizer_client.protocol import FINGERPRINT_VERSION
 
 __all__ = [
@@ -53,8 +46,6 @@ SELECTION_DUPLICATE_CALL_ID = "duplicate_call_id"
 SELECTION_ORPHANED_ROW = "orphaned_row"
 SELECTION_NO_ROOT = "no_root"
 SELECTION_AMBIGUOUS = "ambiguous_terminal"
-
-NO_METHOD = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,38 +87,18 @@ def attribute_rows(records: Sequence[CallRecord], record: Mapping[str, Any]) -> 
 def _attribute(
     records: Sequence[CallRecord], record: Mapping[str, Any], declared_id: str | None
 ) -> RowAttribution:
-    reasons: list[str] = []
-    witnesses: list[tuple[str, CallRecord]] = []
-    declared = declared_id is not None
-
-    def unattributed(failure: str) -> RowAttribution:
-        return RowAttribution(NO_METHOD, None, ",".join(reasons), declared, failure)
-
-    explicit_id = given(record.get(TERMINAL_CALL_KEY))
-    if explicit_id is not None:
-        explicit_witness(records, explicit_id, reasons, witnesses)
-
-    if declared_id is not None:
-        failure = declared_witness(
-            records, declared_id, reasons, witnesses, served_id=_served_id, collapse=_collapse
-        )
-        if failure:
-            return unattributed(failure)
-
-    response = record.get("response")
-    if isinstance(response, dict) and response:
-        response_id_witness(
-            records, response, reasons, witnesses, served_id=_served_id, collapse=_collapse
-        )
-        _content_witness(records, response, reasons, witnesses)
-    else:
-        reasons.append("no_response_object")
-
-    verdict = witness_verdict(witnesses, reasons, _collapse)
-    if isinstance(verdict, str):
-        return unattributed(verdict)
-    method, named = verdict
-    return RowAttribution(method, named.model_call_id, ",".join(reasons), declared, "")
+    verdict = run_witnesses(
+        records,
+        explicit_id=given(record.get(TERMINAL_CALL_KEY)),
+        declared_id=declared_id,
+        response=record.get("response"),
+        served_id=_served_id,
+        collapse=_collapse,
+        content_witness=_content_witness,
+    )
+    return RowAttribution(
+        verdict.method, verdict.call_id, verdict.reason, declared_id is not None, verdict.failure
+    )
 
 
 def _served_id(row: CallRecord) -> str:
