@@ -26,15 +26,15 @@ from token_finalizer_client._constants import (
     DEFAULT_STORE_TIMEOUT_S,
 )
 from token_finalizer_client._exceptions import FinalizerError
-from token_finalizer_client._exchange import AnswerLimits, Reply
-from token_finalizer_client._retry import RetryPolicy, send_with_retries
-from token_finalizer_client._store_connection import StoreEndpoint
+from token_finalizer_client._exchange import Reply
+from token_finalizer_client._retry import send_with_retries
+from token_finalizer_client._store_connection import PooledStore
 from token_finalizer_client._wire import WireRequest
 
 __all__ = ["BlockingStoreConnection"]
 
 
-class BlockingStoreConnection:
+class BlockingStoreConnection(PooledStore):
     """The pooled, retried, bounded blocking connection to one capture store.
 
     `timeout` bounds each try's whole exchange (connect, send, every byte of
@@ -55,33 +55,19 @@ class BlockingStoreConnection:
         max_answer_bytes: int = DEFAULT_STORE_MAX_ANSWER_BYTES,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._retry = RetryPolicy(max_retries)
-        self.max_retries = max_retries
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        if max_connections < 1 or not 0 <= max_keepalive <= max_connections:
-            raise ValueError(
-                "the pool needs max_connections >= 1 and 0 <= max_keepalive <= max_connections, "
-                f"got {max_connections} and {max_keepalive}"
-            )
-        if max_answer_bytes < 1:
-            raise ValueError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
-        self._endpoint = StoreEndpoint.create(
+        super().__init__(
             url,
             token=token,
-            timeout_s=timeout,
+            timeout=timeout,
+            max_retries=max_retries,
             max_connections=max_connections,
             max_keepalive=max_keepalive,
+            max_answer_bytes=max_answer_bytes,
         )
-        self._limits = AnswerLimits(timeout_s=timeout, max_bytes=max_answer_bytes)
-        self.url = self._endpoint.url
         self._transport = transport
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
         self._closed = False
-
-    def __repr__(self) -> str:  # never shows the token
-        return f"{type(self).__name__}(url={self.url!r})"
 
     def __enter__(self) -> BlockingStoreConnection:
         return self

@@ -37,7 +37,7 @@ from token_finalizer_client._exchange import AnswerLimits, Reply
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries
 from token_finalizer_client._wire import WireRequest, default_headers
 
-__all__ = ["StoreConnection", "StoreEndpoint"]
+__all__ = ["PooledStore", "StoreConnection", "StoreEndpoint"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,51 @@ class StoreEndpoint:
         return pool
 
 
-class StoreConnection:
+class PooledStore:
+    """What both store connections (asyncio and blocking) set up alike.
+
+    The retry policy, the endpoint their pool is opened from, the limits of
+    each answer and the URL; the arguments are checked here, each ValueError
+    naming the caller's argument.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None,
+        timeout: float,
+        max_retries: int,
+        max_connections: int,
+        max_keepalive: int,
+        max_answer_bytes: int,
+    ) -> None:
+        self._retry = RetryPolicy(max_retries)
+        self.max_retries = max_retries
+        if not timeout > 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        if max_connections < 1 or not 0 <= max_keepalive <= max_connections:
+            raise ValueError(
+                "the pool needs max_connections >= 1 and 0 <= max_keepalive <= max_connections, "
+                f"got {max_connections} and {max_keepalive}"
+            )
+        if max_answer_bytes < 1:
+            raise ValueError(f"max_answer_bytes must be positive, got {max_answer_bytes}")
+        self._endpoint = StoreEndpoint.create(
+            url,
+            token=token,
+            timeout_s=timeout,
+            max_connections=max_connections,
+            max_keepalive=max_keepalive,
+        )
+        self._limits = AnswerLimits(timeout_s=timeout, max_bytes=max_answer_bytes)
+        self.url = self._endpoint.url
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"{type(self).__name__}(url={self.url!r})"
+
+
+class StoreConnection(PooledStore):
     """The pooled, retried, bounded HTTP connection to one capture store.
 
     `timeout` bounds each try's whole exchange (connect, send, every byte of
@@ -130,30 +174,18 @@ class StoreConnection:
         max_keepalive: int = DEFAULT_STORE_MAX_KEEPALIVE,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._retry = RetryPolicy(max_retries)
-        self.max_retries = max_retries
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        if max_connections < 1 or not 0 <= max_keepalive <= max_connections:
-            raise ValueError(
-                "the pool needs max_connections >= 1 and 0 <= max_keepalive <= max_connections, "
-                f"got {max_connections} and {max_keepalive}"
-            )
-        self._endpoint = StoreEndpoint.create(
+        super().__init__(
             url,
             token=token,
-            timeout_s=timeout,
+            timeout=timeout,
+            max_retries=max_retries,
             max_connections=max_connections,
             max_keepalive=max_keepalive,
+            max_answer_bytes=DEFAULT_STORE_MAX_ANSWER_BYTES,
         )
-        self._limits = AnswerLimits(timeout_s=timeout, max_bytes=DEFAULT_STORE_MAX_ANSWER_BYTES)
-        self.url = self._endpoint.url
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._closed = False
-
-    def __repr__(self) -> str:  # never shows the token
-        return f"{type(self).__name__}(url={self.url!r})"
 
     def _http(self) -> httpx.AsyncClient:
         if self._closed:

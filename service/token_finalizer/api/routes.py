@@ -22,9 +22,10 @@ from token_finalizer.service.finalizing import finalize_one
 from token_finalizer.service.metrics import CONTENT_TYPE_LATEST
 from token_finalizer.service.readiness import readiness
 from token_finalizer.service.retiring import retire_one
+from token_finalizer.service.state import ServiceState
 from token_finalizer.web.access_log import log_fields
 from token_finalizer.web.answers import json_response
-from token_finalizer.web.body import read_json_object
+from token_finalizer.web.body import JsonBody, read_json_object
 
 __all__ = ["router"]
 
@@ -34,6 +35,16 @@ router = APIRouter()
 def _known(**fields: str | None) -> dict[str, str]:
     """The request-log fields a refused call got far enough to know (None: not reached)."""
     return {name: value for name, value in fields.items() if value is not None}
+
+
+async def _json_body(request: Request, state: ServiceState) -> JsonBody:
+    """A finalize or retire body: a JSON object, within `limits.max_body_bytes`."""
+    return await read_json_object(
+        request,
+        limit=state.settings.limits.max_body_bytes,
+        limit_name="limits.max_body_bytes",
+        require_json_media_type=True,
+    )
 
 
 @router.post(
@@ -59,12 +70,7 @@ async def finalize_endpoint(
     ] = None,
 ) -> Response:
     """POST /finalize: body = the finished record."""
-    body = await read_json_object(
-        request,
-        limit=state.settings.limits.max_body_bytes,
-        limit_name="limits.max_body_bytes",
-        require_json_media_type=True,
-    )
+    body = await _json_body(request, state)
     log = log_fields(request)
     try:
         result = await finalize_one(
@@ -88,12 +94,7 @@ async def finalize_endpoint(
 )
 async def retire_endpoint(request: Request, state: StateDep) -> Response:
     """POST /retire: body = the finalize answer's `retire` object (or the whole answer)."""
-    body = await read_json_object(
-        request,
-        limit=state.settings.limits.max_body_bytes,
-        limit_name="limits.max_body_bytes",
-        require_json_media_type=True,
-    )
+    body = await _json_body(request, state)
     log = log_fields(request)
     try:
         result = await retire_one(state, body.data)

@@ -21,11 +21,11 @@ import numpy as np
 import numpy.typing as npt
 
 from token_finalizer.core.lineage_fields import CallView, lineage_field
+from token_finalizer.core.witnesses import NO_METHOD, given, response_output, run_witnesses
 from token_finalizer_client.protocol import (
     FINGERPRINT_VERSION,
     FingerprintError,
     assistant_fingerprint,
-    is_model_authored,
 )
 
 __all__ = [
@@ -39,8 +39,6 @@ __all__ = [
 
 TERMINAL_CALL_KEY = "_ng_terminal_model_call_id"
 TERMINAL_RESPONSE_ID_KEY = "terminal_response_id"
-
-NO_METHOD = "none"
 
 
 @dataclass(frozen=True)
@@ -72,7 +70,7 @@ def disabled_attribution() -> TerminalAttribution:
 
 def declared_response_id(record: Mapping[str, Any]) -> str | None:
     """The record's declared terminal response id; a falsy value means none."""
-    return _given(record.get(TERMINAL_RESPONSE_ID_KEY))
+    return given(record.get(TERMINAL_RESPONSE_ID_KEY))
 
 
 def attribute_terminal(
@@ -92,75 +90,20 @@ def attribute_terminal(
 def _attribute(
     entries: Sequence[CallView], record: Mapping[str, Any], declared: bool
 ) -> TerminalAttribution:
-    reasons: list[str] = []
-    witnesses: list[tuple[str, CallView]] = []
-
-    def unattributed() -> TerminalAttribution:
-        return TerminalAttribution(NO_METHOD, None, ",".join(reasons), declared)
-
-    explicit_id = _given(record.get(TERMINAL_CALL_KEY))
-    if explicit_id is not None:
-        # A duplicated id is looked up as its last copy, as a dict built in order would.
-        last_copy = {entry.model_call_id: entry for entry in entries}
-        named = last_copy.get(explicit_id)
-        if named is None:
-            reasons.append("explicit_terminal_not_captured")
-        else:
-            witnesses.append(("explicit", named))
-
-    declared_id = declared_response_id(record)
-    if declared_id is not None:
-        claimed = [entry for entry in entries if lineage_field(entry, "response_id") == declared_id]
-        winner = _collapse(claimed)
-        if winner is None:
-            # The harness said which response it kept; picking another call
-            # instead would train on a response nobody scored.
-            reasons.append("declared_ambiguous" if claimed else "declared_terminal_not_captured")
-            return unattributed()
-        witnesses.append(("declared", winner))
-
-    response = record.get("response")
-    if isinstance(response, dict) and response:
-        _response_id_witness(entries, response, reasons, witnesses)
-        _content_witness(entries, response, reasons, witnesses)
-    else:
-        reasons.append("no_response_object")
-
-    if not witnesses:
-        return unattributed()
-    if _collapse([entry for _, entry in witnesses]) is None:
-        named_by = ";".join(f"{method}={entry.model_call_id}" for method, entry in witnesses)
-        reasons.append(f"witness_disagreement[{named_by}]")
-        return unattributed()
-    method, named = witnesses[0]
-    if len(witnesses) > 1:
-        reasons.append("corroborated_by=" + "+".join(other for other, _ in witnesses[1:]))
-    return TerminalAttribution(method, named.model_call_id, ",".join(reasons), declared)
+    verdict = run_witnesses(
+        entries,
+        explicit_id=given(record.get(TERMINAL_CALL_KEY)),
+        declared_id=declared_response_id(record),
+        response=record.get("response"),
+        served_id=_served_id,
+        collapse=_collapse,
+        content_witness=_content_witness,
+    )
+    return TerminalAttribution(verdict.method, verdict.call_id, verdict.reason, declared)
 
 
-def _response_id_witness(
-    entries: Sequence[CallView],
-    response: dict[str, Any],
-    reasons: list[str],
-    witnesses: list[tuple[str, CallView]],
-) -> None:
-    response_id = str(response.get("id") or "")
-    if not response_id:
-        reasons.append("response_has_no_id")
-        return
-    served = [
-        entry
-        for entry in entries
-        if (served_id := lineage_field(entry, "response_id")) and served_id == response_id
-    ]
-    if not served:
-        reasons.append("response_id_no_match")
-        return
-    winner = _collapse(served)
-    if winner is None:
-        reasons.append("response_id_ambiguous")
-    else:
-        witnesses.append(("response_id", winner))
+def _served_id(entry: CallView) -> object:
+    return lineage_field(entry, "response_id")
 
 
 def _content_witness(
@@ -177,20 +120,10 @@ def _content_witness(
     output. The readings can name different calls, so all matches pool before
     the ambiguity decision.
     """
-    output = response.get("output")
-    items = [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
-    if not items:
-        reasons.append("response_has_no_output")
+    read = response_output(response, reasons)
+    if read is None:
         return
-    try:
-        target = assistant_fingerprint(items)
-    except FingerprintError:
-        reasons.append("response_output_unfingerprintable")
-        return
-    if not target:
-        reasons.append("no_model_authored_output")
-        return
-    tail = _trailing_model_fingerprint(items)
+    _, target, tail = read
 
     # Keyed by call id: a later copy of a duplicated id that matches replaces
     # the earlier one.
@@ -214,16 +147,6 @@ def _content_witness(
         reasons.append("content_ambiguous" if matches else "no_content_match")
         return
     witnesses.append(("content_cumulative" if from_continuation else "content_output", winner))
-
-
-def _trailing_model_fingerprint(items: list[dict[str, Any]]) -> str:
-    """Fingerprint of the trailing model-authored run, when it is a proper suffix; else ""."""
-    start = len(items)
-    while start > 0 and is_model_authored(items[start - 1]):
-        start -= 1
-    if start == len(items) or start == 0:
-        return ""
-    return assistant_fingerprint(items[start:])
 
 
 def _own_output_fingerprint(entry: CallView) -> str:
@@ -269,8 +192,3 @@ def _token_key(ids: npt.NDArray[np.integer[Any]]) -> tuple[int, bytes]:
     """A hashable, dtype-independent key of a token array."""
     array = np.asarray(ids)
     return (array.size, array.astype(np.int64, copy=False).tobytes())
-
-
-def _given(value: Any) -> str | None:
-    """A record claim: a falsy value (null, "", 0, false) means not given."""
-    return str(value) if value else None

@@ -149,6 +149,37 @@ class CaptureReport:
     details: Mapping[str, Any] = field(default_factory=dict)
     staging: StagingReport | None = None
 
+    @classmethod
+    def of_state(
+        cls,
+        rollout_id: str,
+        store: str,
+        state: CaptureState,
+        *,
+        entries: int,
+        incomplete_call_ids: tuple[str, ...],
+        missing_call_ids: tuple[str, ...],
+        announced_calls: int,
+        details: Mapping[str, Any] | None = None,
+        staging: StagingReport | None = None,
+    ) -> CaptureReport:
+        """The report of a capture in `state`; every backend counts the rest its own way."""
+        return cls(
+            rollout_id=rollout_id,
+            store=store,
+            frozen=state.frozen,
+            retired=state.retired,
+            snapshot_id=state.snapshot_id,
+            version=state.version,
+            entries=entries,
+            marked_incomplete=state.incomplete,
+            incomplete_call_ids=incomplete_call_ids,
+            missing_call_ids=missing_call_ids,
+            announced_calls=announced_calls,
+            details={} if details is None else details,
+            staging=staging,
+        )
+
     @property
     def state(self) -> str:
         """`open`, `frozen` or `retired`."""

@@ -254,15 +254,11 @@ class MemoryStoreAdmin:
             if rollout is None:
                 return None
             state = rollout.state
-            return CaptureReport(
-                rollout_id=rollout_id,
-                store="memory",
-                frozen=state.frozen,
-                retired=state.retired,
-                snapshot_id=state.snapshot_id,
-                version=state.version,
+            return CaptureReport.of_state(
+                rollout_id,
+                "memory",
+                state,
                 entries=len(state.entry_digests),
-                marked_incomplete=state.incomplete,
                 incomplete_call_ids=tuple(sorted(set(rollout.failed_calls))),
                 missing_call_ids=tuple(sorted(rollout.missing_calls())),
                 announced_calls=len(rollout.intents),

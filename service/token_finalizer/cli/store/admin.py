@@ -16,6 +16,7 @@ from token_finalizer.cli.store.backend import (
     UsageError,
     add_backend_arguments,
     backend_of,
+    exits_on_usage_error,
     opened,
 )
 from token_finalizer.sources.base import CaptureReport
@@ -76,15 +77,12 @@ async def _delete(backend: Backend, rollout_id: str) -> tuple[str, ...]:
         return await store.admin.delete(rollout_id)
 
 
+@exits_on_usage_error
 def store_inspect(args: argparse.Namespace) -> int:
     """Print the capture's state as JSON; exit 1 when nothing is stored or it cannot be read."""
     from token_finalizer.core.errors import CaptureError, describe_exception
 
-    try:
-        backend = _backend(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    backend = _backend(args)
     try:
         report = asyncio.run(_inspect(backend, args.rollout_id))
     except CaptureError as exc:
@@ -113,6 +111,7 @@ def _summary(report: CaptureReport) -> str:
     return f"{text}, version {report.version}"
 
 
+@exits_on_usage_error
 def store_delete(args: argparse.Namespace) -> int:
     """Delete one capture after confirmation (or --yes); say on stderr what was deleted.
 
@@ -122,11 +121,7 @@ def store_delete(args: argparse.Namespace) -> int:
     """
     from token_finalizer.core.errors import CaptureCorrupt, CaptureError, describe_exception
 
-    try:
-        backend = _backend(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    backend = _backend(args)
     if not args.yes and not sys.stdin.isatty():
         print(
             "error: store delete asks for confirmation and stdin is not a terminal; "

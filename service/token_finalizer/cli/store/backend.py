@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+import sys
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,14 @@ from typing import Any
 from token_finalizer._constants import DEFAULT_STORE_REDIS_TIMEOUT_S
 from token_finalizer.sources.base import CaptureStore
 
-__all__ = ["Backend", "UsageError", "add_backend_arguments", "backend_of", "opened"]
+__all__ = [
+    "Backend",
+    "UsageError",
+    "add_backend_arguments",
+    "backend_of",
+    "exits_on_usage_error",
+    "opened",
+]
 
 # Options that only a redis store takes (attribute name, flag). The TTL options
 # default to argparse.SUPPRESS (absent unless given), since `never` gives None.
@@ -72,6 +81,22 @@ def _replicas(text: str) -> int:
 
 class UsageError(Exception):
     """Arguments that cannot work: the message goes to stderr and the command exits 2."""
+
+
+def exits_on_usage_error(
+    command: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """`command`, a UsageError it raises printed as `error: ...` and answered with exit code 2."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return run
 
 
 @dataclass(frozen=True, slots=True)

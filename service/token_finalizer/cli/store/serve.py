@@ -18,9 +18,9 @@ from typing import Any
 from token_finalizer._constants import DEFAULT_HOST, DEFAULT_STORE_PORT
 from token_finalizer.cli.store.backend import (
     Backend,
-    UsageError,
     add_backend_arguments,
     backend_of,
+    exits_on_usage_error,
     opened,
 )
 from token_finalizer.cli.store.durations import parse_ttl
@@ -164,6 +164,7 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
     return 0
 
 
+@exits_on_usage_error
 def store_serve(args: argparse.Namespace) -> int:
     """Serve the directory or the redis store until interrupted."""
     try:
@@ -171,11 +172,7 @@ def store_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        backend = backend_of(args, existing_dir=False)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    backend = backend_of(args, existing_dir=False)
     for warning in _token_warnings(tokens):
         print(f"warning: {warning}", file=sys.stderr)
     if args.host not in _LOOPBACK and not tokens.enabled:

@@ -13,9 +13,9 @@ import sys
 
 from token_finalizer.cli.store.backend import (
     Backend,
-    UsageError,
     add_backend_arguments,
     backend_of,
+    exits_on_usage_error,
     opened,
 )
 from token_finalizer.cli.store.durations import format_age, parse_duration
@@ -93,15 +93,12 @@ async def _sweep(backend: Backend, rules: SweepRules, dry_run: bool) -> SweepRep
         return await store.admin.sweep(rules, dry_run=dry_run)
 
 
+@exits_on_usage_error
 def store_sweep(args: argparse.Namespace) -> int:
     """Sweep the store; exit 0, or 1 when something was skipped (the rest is swept all the same)."""
     from token_finalizer.core.errors import CaptureError, describe_exception
 
-    try:
-        backend = backend_of(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    backend = backend_of(args)
     rules = SweepRules(
         retired_older_than=args.retired_older_than,
         abandoned_older_than=args.abandoned_older_than,

@@ -24,12 +24,8 @@ from typing import Any
 
 from token_finalizer.core.staging.manifest import CallRecord
 from token_finalizer.core.terminal import TERMINAL_CALL_KEY, TERMINAL_RESPONSE_ID_KEY
-from token_finalizer_client.protocol import (
-    FINGERPRINT_VERSION,
-    FingerprintError,
-    assistant_fingerprint,
-    is_model_authored,
-)
+from token_finalizer.core.witnesses import NO_METHOD, given, response_output, run_witnesses
+from token_finalizer_client.protocol import FINGERPRINT_VERSION
 
 __all__ = [
     "SELECTION_AMBIGUOUS",
@@ -50,8 +46,6 @@ SELECTION_DUPLICATE_CALL_ID = "duplicate_call_id"
 SELECTION_ORPHANED_ROW = "orphaned_row"
 SELECTION_NO_ROOT = "no_root"
 SELECTION_AMBIGUOUS = "ambiguous_terminal"
-
-NO_METHOD = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +75,7 @@ class TerminalSelection:
 
 def attribute_rows(records: Sequence[CallRecord], record: Mapping[str, Any]) -> RowAttribution:
     """Attribute the finished record's scored response to one manifest row; never raises."""
-    declared_id = _given(record.get(TERMINAL_RESPONSE_ID_KEY))
+    declared_id = given(record.get(TERMINAL_RESPONSE_ID_KEY))
     try:
         return _attribute(records, record, declared_id)
     except Exception:
@@ -93,69 +87,22 @@ def attribute_rows(records: Sequence[CallRecord], record: Mapping[str, Any]) -> 
 def _attribute(
     records: Sequence[CallRecord], record: Mapping[str, Any], declared_id: str | None
 ) -> RowAttribution:
-    reasons: list[str] = []
-    witnesses: list[tuple[str, CallRecord]] = []
-    declared = declared_id is not None
-
-    def unattributed(failure: str) -> RowAttribution:
-        return RowAttribution(NO_METHOD, None, ",".join(reasons), declared, failure)
-
-    explicit_id = _given(record.get(TERMINAL_CALL_KEY))
-    if explicit_id is not None:
-        named = {row.model_call_id: row for row in records}.get(explicit_id)
-        if named is None:
-            reasons.append("explicit_terminal_not_captured")
-        else:
-            witnesses.append(("explicit", named))
-
-    if declared_id is not None:
-        claimed = [row for row in records if row.response_id == declared_id]
-        winner = _collapse(claimed)
-        if winner is None:
-            # The harness said which response it kept: never substitute another.
-            failure = "declared_ambiguous" if claimed else "declared_terminal_not_captured"
-            reasons.append(failure)
-            return unattributed(failure)
-        witnesses.append(("declared", winner))
-
-    response = record.get("response")
-    if isinstance(response, dict) and response:
-        _response_id_witness(records, response, reasons, witnesses)
-        _content_witness(records, response, reasons, witnesses)
-    else:
-        reasons.append("no_response_object")
-
-    if not witnesses:
-        return unattributed("no_witness")
-    if _collapse([row for _, row in witnesses]) is None:
-        named_by = ";".join(f"{method}={row.model_call_id}" for method, row in witnesses)
-        reasons.append(f"witness_disagreement[{named_by}]")
-        return unattributed("witness_disagreement")
-    method, named = witnesses[0]
-    if len(witnesses) > 1:
-        reasons.append("corroborated_by=" + "+".join(other for other, _ in witnesses[1:]))
-    return RowAttribution(method, named.model_call_id, ",".join(reasons), declared, "")
+    verdict = run_witnesses(
+        records,
+        explicit_id=given(record.get(TERMINAL_CALL_KEY)),
+        declared_id=declared_id,
+        response=record.get("response"),
+        served_id=_served_id,
+        collapse=_collapse,
+        content_witness=_content_witness,
+    )
+    return RowAttribution(
+        verdict.method, verdict.call_id, verdict.reason, declared_id is not None, verdict.failure
+    )
 
 
-def _response_id_witness(
-    records: Sequence[CallRecord],
-    response: dict[str, Any],
-    reasons: list[str],
-    witnesses: list[tuple[str, CallRecord]],
-) -> None:
-    response_id = str(response.get("id") or "")
-    if not response_id:
-        reasons.append("response_has_no_id")
-        return
-    served = [row for row in records if row.response_id == response_id]
-    if not served:
-        reasons.append("response_id_no_match")
-        return
-    winner = _collapse(served)
-    if winner is None:
-        reasons.append("response_id_ambiguous")
-    else:
-        witnesses.append(("response_id", winner))
+def _served_id(row: CallRecord) -> str:
+    return row.response_id
 
 
 def _content_witness(
@@ -164,20 +111,10 @@ def _content_witness(
     reasons: list[str],
     witnesses: list[tuple[str, CallRecord]],
 ) -> None:
-    output = response.get("output")
-    items = [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
-    if not items:
-        reasons.append("response_has_no_output")
+    read = response_output(response, reasons)
+    if read is None:
         return
-    try:
-        target = assistant_fingerprint(items)
-    except FingerprintError:
-        reasons.append("response_output_unfingerprintable")
-        return
-    if not target:
-        reasons.append("no_model_authored_output")
-        return
-    tail = _trailing_fingerprint(items)
+    _, target, tail = read
     matches: dict[str, CallRecord] = {}
     for row in records:
         if row.fingerprint_version != FINGERPRINT_VERSION:
@@ -192,19 +129,6 @@ def _content_witness(
         witnesses.append(("content", winner))
 
 
-def _trailing_fingerprint(items: list[dict[str, Any]]) -> str:
-    """Fingerprint of the trailing model-authored run when it is a proper suffix; else ""."""
-    start = len(items)
-    while start > 0 and is_model_authored(items[start - 1]):
-        start -= 1
-    if start in (0, len(items)):
-        return ""
-    try:
-        return assistant_fingerprint(items[start:])
-    except FingerprintError:
-        return ""
-
-
 def _collapse(candidates: Sequence[CallRecord]) -> CallRecord | None:
     """One row standing for rows that all name one token sequence (smallest id), else None."""
     if not candidates:
@@ -213,11 +137,6 @@ def _collapse(candidates: Sequence[CallRecord]) -> CallRecord | None:
     if len(identities) != 1:
         return None
     return min(candidates, key=lambda row: row.model_call_id)
-
-
-def _given(value: Any) -> str | None:
-    """A record claim: a falsy value (null, "", 0, false) means not given."""
-    return str(value) if value else None
 
 
 def select_terminal_call(records: Sequence[CallRecord]) -> TerminalSelection:

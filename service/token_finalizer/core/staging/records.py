@@ -33,6 +33,8 @@ from token_finalizer.core.staging.digests import (
 
 __all__ = [
     "CAPTURE_MODES",
+    "SNAPSHOT_FIELDS",
+    "SNAPSHOT_REQUIRED",
     "StageResult",
     "StagedCallBaseSnapshot",
     "StagedCallRecord",
@@ -42,7 +44,9 @@ __all__ = [
 
 CAPTURE_MODES = ("token_in", "text")
 
-_SNAPSHOT_FIELDS = (
+# A base snapshot's wire fields and the required ones (stored.py reads stored
+# snapshots against the same schema).
+SNAPSHOT_FIELDS = (
     "schema_version",
     "digest_version",
     "extras_digest_version",
@@ -62,7 +66,7 @@ _SNAPSHOT_FIELDS = (
     "chain_hash",
     "cumulative_hash",
 )
-_SNAPSHOT_REQUIRED = (
+SNAPSHOT_REQUIRED = (
     "rollout_id",
     "model_call_id",
     "mode",
@@ -77,7 +81,7 @@ _SNAPSHOT_REQUIRED = (
     "chain_hash",
     "cumulative_hash",
 )
-_RECORD_FIELDS = (*_SNAPSHOT_FIELDS, "extras")
+_RECORD_FIELDS = (*SNAPSHOT_FIELDS, "extras")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -125,7 +129,7 @@ class StagedCallBaseSnapshot:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StagedCallBaseSnapshot:
         """Read the wire form; any rule broken raises ``StagingRecordError``."""
-        Fields(cls.__name__).keys(data, _SNAPSHOT_FIELDS, _SNAPSHOT_REQUIRED)
+        Fields(cls.__name__).keys(data, SNAPSHOT_FIELDS, SNAPSHOT_REQUIRED)
         return cls(**data)
 
     def to_json(self) -> dict[str, Any]:
@@ -153,7 +157,7 @@ class StagedCallBaseSnapshot:
 
 
 def _fields_of(snapshot: StagedCallBaseSnapshot) -> tuple[str, ...]:
-    return _RECORD_FIELDS if isinstance(snapshot, StagedCallRecord) else _SNAPSHOT_FIELDS
+    return _RECORD_FIELDS if isinstance(snapshot, StagedCallRecord) else SNAPSHOT_FIELDS
 
 
 def _same(first: object, second: object) -> bool:
@@ -262,7 +266,7 @@ class StagedCallRecord(StagedCallBaseSnapshot):
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StagedCallRecord:
         """Read the wire form; any rule broken raises ``StagingRecordError``."""
-        Fields(cls.__name__).keys(data, _RECORD_FIELDS, _SNAPSHOT_REQUIRED)
+        Fields(cls.__name__).keys(data, _RECORD_FIELDS, SNAPSHOT_REQUIRED)
         return cls(**data)
 
     def to_json(self) -> dict[str, Any]:
@@ -272,7 +276,7 @@ class StagedCallRecord(StagedCallBaseSnapshot):
     def base_snapshot(self) -> StagedCallBaseSnapshot:
         """The same call without extras, as a staging source returns it (not re-validated)."""
         base = object.__new__(StagedCallBaseSnapshot)
-        for name in _SNAPSHOT_FIELDS:
+        for name in SNAPSHOT_FIELDS:
             object.__setattr__(base, name, getattr(self, name))
         return base
 

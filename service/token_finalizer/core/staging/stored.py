@@ -25,34 +25,16 @@ from token_finalizer.core.staging.digests import (
     STAGING_SCHEMA_VERSION,
 )
 from token_finalizer.core.staging.manifest import RolloutManifest
-from token_finalizer.core.staging.records import StagedCallBaseSnapshot
+from token_finalizer.core.staging.records import (
+    SNAPSHOT_FIELDS,
+    SNAPSHOT_REQUIRED,
+    StagedCallBaseSnapshot,
+)
 
 __all__ = ["StagedCapture", "stored_snapshot"]
 
 _COUNTS = ("prev_len", "delta_len", "cum_len", "weight_version")
 _DIGESTS = ("digest", "extras_digest", "chain_hash", "cumulative_hash")
-_REQUIRED = (
-    "rollout_id",
-    "model_call_id",
-    "mode",
-    *_COUNTS,
-    "digest",
-    "token_ids_delta",
-    "token_mask_delta",
-    "generation_log_probs_delta",
-    "chain_hash",
-    "cumulative_hash",
-)
-_ALLOWED = frozenset(
-    (
-        *_REQUIRED,
-        "parent_call_id",
-        "extras_digest",
-        "schema_version",
-        "digest_version",
-        "extras_digest_version",
-    )
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +74,7 @@ def stored_snapshot(data: Mapping[str, Any]) -> StagedCallBaseSnapshot:
     and names what is wrong with its own codes.
     """
     fields = Fields("StagedCallBaseSnapshot")
-    fields.keys(data, _ALLOWED, _REQUIRED)
+    fields.keys(data, SNAPSHOT_FIELDS, SNAPSHOT_REQUIRED)
     snapshot = object.__new__(StagedCallBaseSnapshot)
 
     def put(name: str, value: object) -> None:

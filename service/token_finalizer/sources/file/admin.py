@@ -99,15 +99,11 @@ class FileStoreAdmin:
                 state = self._staging.state_of(files, state, rollout_id)
                 report = self._staging.report(files, rollout_id)
         unindexed = sizes.get(files.jsonl.name, 0) - state.indexed_size
-        return CaptureReport(
-            rollout_id=rollout_id,
-            store="file",
-            frozen=state.frozen,
-            retired=state.retired,
-            snapshot_id=state.snapshot_id,
-            version=state.version,
+        return CaptureReport.of_state(
+            rollout_id,
+            "file",
+            state,
             entries=len(state.entry_digests),
-            marked_incomplete=state.incomplete,
             incomplete_call_ids=tuple(failed),
             missing_call_ids=tuple(sorted(announced - state.entry_digests.keys())),
             announced_calls=len(announced),

@@ -86,15 +86,11 @@ class RedisStoreAdmin:
             return None
         state = _state(_pairs(state_pairs), {})
         details: dict[str, Any] = {"keys": self._redis.keys(rollout_id), **state.extra}
-        return CaptureReport(
-            rollout_id=rollout_id,
-            store="redis",
-            frozen=state.frozen,
-            retired=state.retired,
-            snapshot_id=state.snapshot_id,
-            version=state.version,
+        return CaptureReport.of_state(
+            rollout_id,
+            "redis",
+            state,
             entries=int(entries),
-            marked_incomplete=state.incomplete,
             incomplete_call_ids=tuple(sorted(map(text, failed))),
             missing_call_ids=tuple(sorted(map(text, missing))),
             announced_calls=int(announced),

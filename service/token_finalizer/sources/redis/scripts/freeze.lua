@@ -15,13 +15,8 @@ if not s[2] then
   -- A frozen capture that is not retired is evidence: it never expires.
   for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
 end
-local ids = redis.call('LRANGE', KEYS[4], 0, -1)
-local lines = {}
-for i = 1, #ids do
-  local line = redis.call('HGET', KEYS[2], ids[i])
-  if not line then return {'corrupt', ids[i]} end
-  lines[i] = line
-end
+local lines, missing = stored_lines()
+if not lines then return {'corrupt', missing} end
 local incomplete = 0
 if s[5] then
   incomplete = 1

@@ -30,3 +30,16 @@ end
 local function holds_staging()
   return redis.call('EXISTS', KEYS[9], KEYS[12]) > 0
 end
+
+-- The stored entry lines in put order (freeze, committed); nil and the call id
+-- whose line is missing when the capture is corrupt.
+local function stored_lines()
+  local ids = redis.call('LRANGE', KEYS[4], 0, -1)
+  local lines = {}
+  for i = 1, #ids do
+    local line = redis.call('HGET', KEYS[2], ids[i])
+    if not line then return nil, ids[i] end
+    lines[i] = line
+  end
+  return lines
+end
