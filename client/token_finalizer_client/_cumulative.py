@@ -6,8 +6,9 @@ docs/store-protocol.md#the-lineage-resolver): the match then carries
     "cumulative_tokens": {"encoding": "u32le" | "u64le", "length": n, "data": "<base64>"}
 
 the ids as little-endian unsigned integers of 4 or 8 bytes, in standard
-base64, instead of a JSON list. Decoding it is `binascii` and `array` work
-in C, no Python per token, and the body is smaller than the list. A store
+base64, instead of a JSON list. Decoding it is `binascii` and `struct` work
+in C (`struct.unpack` builds the tuple of ints at once), no Python per
+token, and the body is smaller than the list. A store
 that does not know the parameter answers the plain form
 (`"cumulative_token_ids": [...]`), which is still read; its checks run in C
 too (`set(map(type, ...))`, `min`, `max`).
@@ -19,9 +20,8 @@ not the data's, data that is not base64, ids outside [0, 2**64)) is a
 
 from __future__ import annotations
 
-import array
 import binascii
-import sys
+import struct
 from typing import Any
 
 from token_finalizer_client._exceptions import InvalidAnswerError
@@ -33,16 +33,8 @@ COMPACT_FIELD = "cumulative_tokens"
 _ID_LIMIT = 2**64
 
 
-def _typecode(width: int) -> str:
-    """The `array` type code of unsigned integers of `width` bytes on this platform."""
-    for code in ("I", "L", "Q"):
-        if array.array(code).itemsize == width:
-            return code
-    raise RuntimeError(f"this platform has no {width}-byte unsigned array type")  # pragma: no cover
-
-
-# Encoding name -> (bytes per id, array type code).
-_ENCODINGS = {"u32le": (4, _typecode(4)), "u64le": (8, _typecode(8))}
+# Encoding name -> (bytes per id, `struct` format code: standard sizes after "<").
+_ENCODINGS = {"u32le": (4, "I"), "u64le": (8, "Q")}
 
 
 def _plain(value: object) -> tuple[int, ...]:
@@ -81,10 +73,9 @@ def _compact(value: object) -> tuple[int, ...]:
         raise InvalidAnswerError(
             f"{COMPACT_FIELD} decodes to {len(raw)} bytes, not {length} ids of {width} bytes"
         )
-    ids = array.array(code, raw)
-    if sys.byteorder != "little":  # pragma: no cover - every supported platform is
-        ids.byteswap()
-    return tuple(ids)
+    # Little-endian on every platform, straight into a tuple: no array in between.
+    ids: tuple[int, ...] = struct.unpack(f"<{length}{code}", raw)
+    return ids
 
 
 def cumulative_token_ids(match: dict[str, Any]) -> tuple[int, ...]:

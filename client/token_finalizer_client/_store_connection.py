@@ -30,6 +30,7 @@ from token_finalizer_client._constants import (
     DEFAULT_STORE_MAX_CONNECTIONS,
     DEFAULT_STORE_MAX_KEEPALIVE,
     DEFAULT_STORE_TIMEOUT_S,
+    STORE_KEEPALIVE_EXPIRY_S,
 )
 from token_finalizer_client._deadline import bound_by_deadlines
 from token_finalizer_client._exceptions import FinalizerError
@@ -77,7 +78,9 @@ class StoreEndpoint:
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
             limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_keepalive
+                max_connections=max_connections,
+                max_keepalive_connections=max_keepalive,
+                keepalive_expiry=STORE_KEEPALIVE_EXPIRY_S,
             ),
         )
 

@@ -36,6 +36,16 @@ def test_endpoint_refuses_an_empty_token() -> None:
         StoreEndpoint.create("http://store.test", token="")
 
 
+# uvicorn's default `timeout_keep_alive`: the store server closes a connection idle this long.
+_SERVER_IDLE_TIMEOUT_S = 5.0
+
+
+def test_pool_drops_idle_connections_before_the_server_does() -> None:
+    """A pooled store connection expires before a uvicorn server's idle timeout closes it."""
+    expiry = StoreEndpoint.create("http://store.test").limits.keepalive_expiry
+    assert expiry is not None and 0 < expiry < _SERVER_IDLE_TIMEOUT_S
+
+
 def test_connect_gets_at_most_five_seconds_of_the_timeout() -> None:
     """Reads get the whole timeout (a large snapshot); a connect at most 5 s (the store is gone)."""
     long = StoreEndpoint.create("http://store.test", timeout_s=30.0).timeout

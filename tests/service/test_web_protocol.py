@@ -8,9 +8,11 @@ tests/integration/test_slow_clients.py.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import resource
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -31,7 +33,7 @@ from token_finalizer._constants import (
 from token_finalizer.api import create_app
 from token_finalizer.settings import settings_from_mapping
 from token_finalizer.web import deadlines
-from token_finalizer.web.protocol import DeadlineH11Protocol, server_options
+from token_finalizer.web.protocol import DeadlineH11Protocol, event_loop_factory, server_options
 
 CAP = 4
 HALF_HEAD = b"GET /health HTTP/1.1\r\nHost: x\r\n"
@@ -93,6 +95,33 @@ def test_server_options_name_the_protocol_and_its_limits() -> None:
     options = server_options()
     assert options["http"] is DeadlineH11Protocol
     assert (options["limit_concurrency"], options["backlog"]) == deadlines.connection_limits()
+
+
+def test_server_options_let_uvicorn_pick_uvloop() -> None:
+    """Servers run on uvicorn's "auto" loop: uvloop when it is installed."""
+    assert server_options()["loop"] == "auto"
+
+
+def test_event_loop_factory_makes_uvloop_loops_when_installed() -> None:
+    """A server starting its own loop gets uvloop's, as uvicorn's "auto" would choose."""
+    uvloop = pytest.importorskip("uvloop")
+    factory = event_loop_factory()
+    assert factory is not None
+    loop = factory()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+
+
+def test_event_loop_factory_falls_back_to_asyncio_without_uvloop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without uvloop (Windows, or not installed) the factory is None: asyncio's own loop."""
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # the import then raises ImportError
+    assert event_loop_factory() is None
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        assert runner.run(asyncio.sleep(0, "ran")) == "ran"
 
 
 # -- the protocol under uvicorn ---------------------------------------------------------------

@@ -165,11 +165,16 @@ async def resolve_answer(
     `cumulative_token_ids`. An answer carrying many token ids is encoded in a
     worker thread. A staging rollout resolves over its ledger rows.
     """
-    ledger = await store.resolve_ledger(rollout_id, query)
-    if ledger is not None:
-        return json_response(_ledger_payload(ledger), accept_encoding=accept_encoding)
     resolution = await store.resolve_lineage(rollout_id, query)
     match = resolution.match
+    if match is None:
+        # Only a rollout without token entries can hold ledger rows (each kind
+        # refuses the other, docs/staging.md#storage): a match over entries
+        # answers without the ledger lookup, one store round trip fewer on
+        # the model server's hot path.
+        ledger = await store.resolve_ledger(rollout_id, query)
+        if ledger is not None:
+            return json_response(_ledger_payload(ledger), accept_encoding=accept_encoding)
     if match is not None and len(match.cumulative_token_ids) >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
         return await asyncio.to_thread(_encoded, resolution, compact, accept_encoding)
     return _encoded(resolution, compact, accept_encoding)

@@ -21,13 +21,20 @@ accepted any more. `DeadlineH11Protocol` is uvicorn's h11 protocol plus:
   A connection that finds every slot busy with a request is closed; a
   request arriving at the cap is answered 503 by uvicorn.
 
-`server_options()` is what every `uvicorn.run` of the project passes.
+`server_options()` is what every `uvicorn.run` of the project passes; it
+runs the server on uvloop when it is installed (a Linux and macOS dependency
+of the service): the event loop's own work per request (socket reads and
+writes, callbacks, timers) is a large part of a small request's cost, and
+uvloop does it in C (docs/architecture.md#round-trips). A server that runs
+its own loop (`store serve`) starts it with `event_loop_factory()`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -39,7 +46,7 @@ from uvicorn.server import ServerState
 from token_finalizer._constants import REQUEST_HEAD_TIMEOUT_S
 from token_finalizer.web.deadlines import check_deadlines, connection_limits, request_head_timeout_s
 
-__all__ = ["DeadlineH11Protocol", "server_options"]
+__all__ = ["DeadlineH11Protocol", "event_loop_factory", "server_options"]
 
 # Per server: the connections waiting for their client, longest-waiting first
 # (a dict keeps insertion order; a connection is re-inserted when it starts waiting).
@@ -177,4 +184,24 @@ def server_options() -> dict[str, Any]:
     """
     check_deadlines()
     limit, backlog = connection_limits()
-    return {"http": DeadlineH11Protocol, "limit_concurrency": limit, "backlog": backlog}
+    return {
+        "http": DeadlineH11Protocol,
+        "limit_concurrency": limit,
+        "backlog": backlog,
+        # uvloop when installed, else asyncio's loop (uvicorn's "auto").
+        "loop": "auto",
+    }
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop factory when uvloop is installed, else None (asyncio's default).
+
+    For `asyncio.Runner(loop_factory=...)` of a server that starts its loop
+    itself: the same choice as `server_options()`'s `"loop": "auto"`.
+    """
+    try:
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.staging_stores import Conversation, row_of_commit
+from tests.support.staging_stores import Conversation, query_of, row_of_commit
 from tests.support.staging_vectors import staging_case_ids, staging_cases
 from token_finalizer import FileTokenStore
 from token_finalizer.core.errors import CaptureConflict
 from token_finalizer.sources._staging import ledger_line
+from token_finalizer.sources.file import staging as staging_module
 
 pytestmark = pytest.mark.anyio
 
@@ -123,3 +124,26 @@ async def test_a_ledger_deleted_and_written_again_is_read_anew(tmp_path: Path) -
     await store.record_ledger_failure("again", "c9", "unresolved_parent")
     manifest = await store.ledger_manifest("again")
     assert (manifest.records, [f.model_call_id for f in manifest.failures]) == ((), ["c9"])
+
+
+async def test_a_rollout_without_staging_resolves_no_ledger_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ledger or staged file: resolve_ledger answers None without a worker-thread hop."""
+
+    def no_thread(*_: object, **__: object) -> None:
+        raise AssertionError("a rollout without staging went to a worker thread")
+
+    chat = Conversation.of("plain", 2)
+    store = FileTokenStore(tmp_path)
+    monkeypatch.setattr(staging_module.asyncio, "to_thread", no_thread)
+    assert await store.resolve_ledger("plain", query_of(chat.requests[1])) is None
+
+
+async def test_a_rollout_with_a_ledger_still_resolves_over_it(tmp_path: Path) -> None:
+    """Once the ledger file exists the resolve reads it: the next call resolves to its row."""
+    chat = Conversation.of("ledgered", 2)
+    store = FileTokenStore(tmp_path)
+    await store.record_ledger_row("ledgered", chat.rows[0])
+    resolution = await store.resolve_ledger("ledgered", query_of(chat.requests[1]))
+    assert resolution is not None and resolution.status == "resolved"

@@ -148,6 +148,22 @@ async def test_continuation_resolves_with_full_cumulative_ids(
     assert (resolution.match.digest, resolution.match.prev_len) == (first["digest"], 5)
 
 
+async def test_match_over_entries_skips_the_ledger_lookup(
+    store: Any, resolver: HttpLineageResolver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollout holding token entries holds no ledger rows: its match needs no ledger lookup."""
+
+    async def no_ledger(*_: object) -> None:
+        raise AssertionError("the ledger was asked although the entries matched")
+
+    talk, first, second = _two_turns()
+    await _commit(store, first, second)
+    monkeypatch.setattr(store, "resolve_ledger", no_ledger)
+    resolution = await resolver.resolve("r1", [*talk.items, user_says("More?")])
+    assert resolution.status == ResolutionStatus.RESOLVED
+    assert resolution.match is not None and resolution.match.model_call_id == "call-2"
+
+
 async def test_delta_chain_is_materialized(store: Any, resolver: HttpLineageResolver) -> None:
     """A call stored as a delta resolves with its parent's ids in front of its own."""
     talk, first, second = _two_turns()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from token_finalizer import MemoryTokenStore
@@ -36,6 +38,23 @@ def test_a_route_missing_from_the_table_is_named() -> None:
     assert unassigned_routes([*routes, ("GET", "/health")]) == [
         "POST /ng-rollout/{rollout_id}/training-token-capture/ledger/manifest"
     ]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/ng-rollout/{rollout_id}/training-token-capture/lineage/resolve"),
+        ("POST", "/ng-rollout/{rollout_id}/training-token-capture/intents"),
+        ("PUT", "/ng-rollout/{rollout_id}/training-token-capture/calls/{model_call_id:path}"),
+    ],
+)
+def test_a_hot_route_without_a_role_is_refused(
+    monkeypatch: pytest.MonkeyPatch, method: str, path: str
+) -> None:
+    """The hot path's plain Starlette routes are checked for a role like FastAPI's routes."""
+    monkeypatch.delitem(ROUTE_ROLES, (method, path))
+    with pytest.raises(RuntimeError, match=re.escape(f"{method} {path}")):
+        create_store_app(MemoryTokenStore(), token="t")
 
 
 @pytest.mark.parametrize(

@@ -181,7 +181,11 @@ def store_serve(args: argparse.Namespace) -> int:
             "reach this port can write and retire captures",
             file=sys.stderr,
         )
+    from token_finalizer.web.protocol import event_loop_factory
+
     try:
-        return asyncio.run(_serve(args, backend))
+        # On uvloop when installed, as `serve` is (web/protocol.py).
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return runner.run(_serve(args, backend))
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it stopped on
         return 0

@@ -252,6 +252,11 @@ class FileStaging:
         def resolve(_: CaptureFiles, current: _Read) -> LedgerResolution | None:
             return current.ledger.resolve(query) if current.ledger.rows else None
 
+        # Every resolve of the model server's hot path asks this first, and
+        # almost every rollout holds no staging: two stats on the event loop
+        # answer that without a worker-thread hop (docs/architecture.md#round-trips).
+        if not self._files(rollout_id).holds_staging():
+            return None
         return await asyncio.to_thread(self._reading, rollout_id, resolve, None)
 
     # -- staged calls --------------------------------------------------------------------
