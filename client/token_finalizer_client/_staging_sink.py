@@ -12,8 +12,9 @@ Gym's `StagingSink` over the capture store (docs/staging.md#the-client):
 
 `stage` is synchronous and thread-safe: every completion thread of the
 worker shares one pool (`_blocking_store`). It sends `PUT .../staged/{call
-id}` with the record and its attachments in one body; the store answers
-once both are durable. It never raises: whatever keeps the call from being
+id}` with the record and its attachments in one body (the token columns
+packed as binary images, `_packed_columns`); the store answers once both
+are durable. It never raises: whatever keeps the call from being
 staged is `StageResult(ok=False, error=...)`, which Gym turns into a
 `worker_capture_failed` row so the rollout is never trained on a hole:
 
@@ -44,6 +45,7 @@ from token_finalizer_client._blocking_store import BlockingStoreConnection
 from token_finalizer_client._exceptions import shorten
 from token_finalizer_client._gym_types import gym_staging_class
 from token_finalizer_client._json import dumps
+from token_finalizer_client._packed_columns import COLUMN_NAMES, pack_columns
 from token_finalizer_client._staged_types import StageResult
 from token_finalizer_client._wire import WireRequest, decode_body
 
@@ -51,7 +53,11 @@ __all__ = ["HttpStagingSink"]
 
 
 def _record_body(record: object, attachments: Mapping[str, Any] | None) -> tuple[str, str, bytes]:
-    """(rollout id, call id, the request body) of one stage; ValueError or TypeError if invalid."""
+    """(rollout id, call id, the request body) of one stage; ValueError or TypeError if invalid.
+
+    The token columns go packed beside the record when they pack exactly
+    (`_packed_columns`), else in the record as lists.
+    """
     encoded = dumps(encode_attachments(attachments))
     dump_json = getattr(record, "model_dump_json", None)
     if not isinstance(record, Mapping) and callable(dump_json):
@@ -61,17 +67,24 @@ def _record_body(record: object, attachments: Mapping[str, Any] | None) -> tuple
             getattr(record, "rollout_id", None),
             getattr(record, "model_call_id", None),
         )
-        payload = dump_json()
+        columns = pack_columns(*(getattr(record, name, None) for name in COLUMN_NAMES))
+        payload = dump_json() if columns is None else dump_json(exclude=set(COLUMN_NAMES))
         record_json = payload.encode() if isinstance(payload, str) else payload
     elif isinstance(record, Mapping):
         rollout_id, call_id = record.get("rollout_id"), record.get("model_call_id")
-        record_json = dumps(dict(record))
+        columns = pack_columns(*(record.get(name) for name in COLUMN_NAMES))
+        if columns is None:
+            record_json = dumps(dict(record))
+        else:
+            record_json = dumps({k: v for k, v in record.items() if k not in COLUMN_NAMES})
     else:
         raise TypeError(
             f"record must be a StagedCallRecord or a mapping, got {type(record).__name__}"
         )
-    body = b'{"attachments":' + encoded + b',"record":' + record_json + b"}"
-    return check_rollout_id(rollout_id), check_call_id(call_id), body
+    body = b'{"attachments":' + encoded + b',"record":' + record_json
+    if columns is not None:
+        body += b',"columns":' + dumps(columns)
+    return check_rollout_id(rollout_id), check_call_id(call_id), body + b"}"
 
 
 def _result(*, ok: bool, staging_key: str | None = None, error: str | None = None) -> Any:

@@ -12,7 +12,7 @@ it reads every answer; the tests against the real store server are
     store = StagingStoreStandIn()
     sink = HttpStagingSink(URL, transport=store.transport())       # sync or async clients
     with running_app(store.asgi_app()) as url: ...                  # a real loopback server
-    store.requests  # [Seen(method, path segments, body), ...]
+    store.requests  # [Seen(method, path segments, body), ...], packed columns as lists
 
 Paths are read from the raw path, each segment percent-decoded, exactly as
 the client encoded them. `store.answer_next(status, body)` makes the next
@@ -30,6 +30,7 @@ from urllib.parse import unquote
 import httpx
 
 from token_finalizer.core.staging import (
+    PACKED_COLUMNS,
     CustodyRefusal,
     LedgerConflict,
     LedgerWrite,
@@ -42,6 +43,7 @@ from token_finalizer.core.staging import (
     plan_commit,
     plan_failure,
     resolve_ledger,
+    unpack_columns,
 )
 from token_finalizer_client._json import dumps, loads
 
@@ -72,6 +74,15 @@ class _Rollout:
     rows: list[dict[str, Any]] = field(default_factory=list)
     staged: dict[str, tuple[StagedCallRecord, dict[str, Any], Any]] = field(default_factory=dict)
     frozen: bool = False
+
+
+def _unpacked(body: Any) -> Any:
+    """A stage body with packed token columns as the store reads it: the record with lists."""
+    if not isinstance(body, dict) or "columns" not in body:
+        return body
+    record = unpack_columns(body["record"], body["columns"])
+    lists = {name: record[name].tolist() for name in PACKED_COLUMNS}
+    return {"attachments": body.get("attachments"), "record": {**record, **lists}}
 
 
 def _json(status: int, body: Any) -> httpx.Response:
@@ -123,7 +134,7 @@ class StagingStoreStandIn:
         """Answer one request (thread-safe)."""
         raw = request.url.raw_path.split(b"?")[0].decode("ascii")
         segments = tuple(unquote(part) for part in raw.strip("/").split("/"))
-        body = loads(request.content) if request.content else None
+        body = _unpacked(loads(request.content)) if request.content else None
         headers = {name.lower(): value for name, value in request.headers.items()}
         if segments == ("health",):  # the probe of a loopback server: not a protocol call
             return _json(200, {"status": "ok"})

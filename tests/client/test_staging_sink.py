@@ -28,6 +28,7 @@ from tests.client.staging_stand_in import StagingStoreStandIn
 from tests.support.servers import free_port, running_app
 from token_finalizer.core.staging import StagedCallRecord, hash_staged_call
 from token_finalizer_client import HttpStagingSink, StageResult
+from token_finalizer_client._json import loads
 
 URL = "http://store.test"
 CLEAN = vector_records("clean_chain")
@@ -69,6 +70,29 @@ def test_stage_puts_the_record_and_attachments_in_one_body(
         "staged/c1",
     )
     assert seen.body == {"attachments": None, "record": C1}
+
+
+def test_stage_packs_the_token_columns_beside_the_record(
+    sink: HttpStagingSink, store: StagingStoreStandIn
+) -> None:
+    """On the wire the columns travel packed in "columns", not as lists in the record."""
+    sink.stage(C1)
+    sent = loads(store.requests[0].content)
+    assert set(sent) == {"attachments", "record", "columns"}
+    assert not set(sent["columns"]) & set(sent["record"])
+
+
+def test_columns_that_do_not_pack_travel_as_lists(
+    sink: HttpStagingSink, store: StagingStoreStandIn
+) -> None:
+    """A mask with an int 1 is sent as lists, so the store reads it as before."""
+    record = {
+        **C1,
+        "token_mask_delta": [1 if value == 1.0 else value for value in C1["token_mask_delta"]],
+    }
+    sink.stage(record)
+    sent = loads(store.requests[0].content)
+    assert set(sent) == {"attachments", "record"} and sent["record"] == record
 
 
 def test_stage_sends_the_bearer_token(sink: HttpStagingSink, store: StagingStoreStandIn) -> None:
@@ -119,6 +143,15 @@ def test_a_pydantic_record_sends_its_own_json(
     """A pydantic record's own JSON reaches the store: the mapping's record, value for value."""
     sink.stage(_StagedModel(**C1))
     assert store.requests[0].body["record"] == C1
+
+
+def test_a_pydantic_record_packs_its_columns(
+    sink: HttpStagingSink, store: StagingStoreStandIn
+) -> None:
+    """A pydantic record's columns travel packed too, its own JSON written without them."""
+    sink.stage(_StagedModel(**C1))
+    sent = loads(store.requests[0].content)
+    assert "columns" in sent and "token_ids_delta" not in sent["record"]
 
 
 # -- attachments ----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import orjson
 
 from token_finalizer.core.codec import loads_json
@@ -209,16 +210,29 @@ def checked_attachments(value: object) -> dict[str, dict[str, Any]] | None:
     return checked
 
 
+# A record's columns are handed to orjson as numpy arrays (`to_json(native_columns=True)`):
+# it writes them as the very bytes their lists give, without a Python float per value.
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+def _as_list(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 def _dumps_sorted(value: Any) -> bytes:
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | _NUMPY)
     except TypeError:  # an integer beyond 64 bits in a JSON attachment: written exactly
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_as_list
+        ).encode()
 
 
 def base_json(record: StagedCallBaseSnapshot) -> bytes:
     """The call's base snapshot as JSON (no extras): what fetch and freeze answer."""
-    return orjson.dumps(StagedCallBaseSnapshot.to_json(record))
+    return orjson.dumps(StagedCallBaseSnapshot.to_json(record, native_columns=True), option=_NUMPY)
 
 
 def extras_json(record: StagedCallRecord, attachments: Mapping[str, Attachment] | None) -> bytes:
@@ -228,7 +242,9 @@ def extras_json(record: StagedCallRecord, attachments: Mapping[str, Attachment] 
 
 def file_line(record: StagedCallRecord, attachments: Mapping[str, Attachment] | None) -> bytes:
     """The file store's line: `{"attachments": ..., "record": <StagedCallRecord>}`, sorted keys."""
-    return _dumps_sorted({"attachments": attachments, "record": record.to_json()})
+    return _dumps_sorted(
+        {"attachments": attachments, "record": record.to_json(native_columns=True)}
+    )
 
 
 def parse_file_line(line: bytes, where: str) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -19,6 +19,7 @@ from token_finalizer.core.staging import (
     StagedCallRecord,
     StagingRecordError,
     admit_staged_record,
+    unpack_columns,
 )
 from token_finalizer.web.errors import HttpError
 from token_finalizer_client.protocol import CAPTURE_SEGMENT
@@ -36,7 +37,7 @@ __all__ = [
 INVALID_RECORD = "invalid_record"
 _STAGED = f"/{CAPTURE_SEGMENT}/staged/".encode()
 _ATTACHMENTS = b"/attachments"
-_STAGE_KEYS = frozenset({"record", "attachments"})
+_STAGE_KEYS = frozenset({"record", "attachments", "columns"})
 
 
 def staged_call_id(scope: Mapping[str, Any], *, attachments: bool = False) -> str:
@@ -84,13 +85,23 @@ def stage_request(
     """(the staged record, its attachments as sent) of a `PUT staged/{id}` request.
 
     The record must pass NeMo Gym's own validation (digests included) and name
-    the path's rollout and call; every refusal is a 422 with `check`.
+    the path's rollout and call; every refusal is a 422 with `check`. Its
+    token columns may come packed in `columns` (docs/staging.md#packed-columns).
     """
     unknown = sorted(set(body) - _STAGE_KEYS)
     if unknown or "record" not in body:
-        raise _invalid('a stage request is {"record": <StagedCallRecord>, "attachments": ...}')
+        raise _invalid(
+            'a stage request is {"record": <StagedCallRecord>, "attachments": ..., '
+            '"columns": <packed token columns, optional>}'
+        )
+    data = body["record"]
+    if "columns" in body:
+        try:
+            data = unpack_columns(data, body["columns"])
+        except StagingRecordError as error:
+            raise _invalid(str(error)) from None
     try:
-        record = admit_staged_record(body["record"])
+        record = admit_staged_record(data)
     except CustodyRefusal as refusal:
         raise HttpError(422, str(refusal), check=refusal.check) from None
     for name, from_path in (("rollout_id", rollout_id), ("model_call_id", model_call_id)):

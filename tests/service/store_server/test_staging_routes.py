@@ -15,13 +15,14 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import numpy as np
 import pytest
 
 from tests.support.asgi import in_process
 from tests.support.staging_stores import Conversation, query_of
 from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer._constants import STAGED_FETCH_MAX_KEYS
-from token_finalizer.core.staging import hash_tokens
+from token_finalizer.core.staging import PACKED_COLUMNS, hash_tokens
 from token_finalizer.store_server import create_store_app
 from token_finalizer.store_server.roles import StoreTokens
 
@@ -175,6 +176,45 @@ def test_another_payload_is_409(http: httpx.Client, chat: Conversation) -> None:
     """The same call with other attachments answers 409."""
     _stage(http, chat, 0)
     assert _stage(http, chat, 0, attachments={"a": {"json": 1}}).status_code == 409
+
+
+def _packed_body(record: dict[str, Any]) -> dict[str, Any]:
+    """A stage body with the record's token columns packed (docs/staging.md#packed-columns)."""
+    columns = {
+        name: base64.b64encode(np.asarray(record[name], dtype=dtype).tobytes()).decode()
+        for name, dtype in PACKED_COLUMNS.items()
+    }
+    rest = {key: value for key, value in record.items() if key not in PACKED_COLUMNS}
+    return {"record": rest, "attachments": None, "columns": columns}
+
+
+def test_a_packed_call_stores_what_its_lists_store(http: httpx.Client, chat: Conversation) -> None:
+    """A call staged with packed columns is fetched back exactly as the lists would give it."""
+    record = chat.records[0].to_json()
+    path = _path(chat, "staged/c1")
+    assert http.put(path, json=_packed_body(record), headers=WRITER).status_code == 200
+    fetched = http.post(_path(chat, "staged/fetch"), json={"keys": ["c1"]}, headers=FINALIZER)
+    expected = {key: value for key, value in record.items() if key != "extras"}
+    assert fetched.json() == {"snapshots": [expected]}
+
+
+def test_the_same_call_as_lists_after_packed_is_a_replay(
+    http: httpx.Client, chat: Conversation
+) -> None:
+    """Packed and as lists are one record: the second stage is an identical replay, not 409."""
+    packed = _packed_body(chat.records[0].to_json())
+    assert http.put(_path(chat, "staged/c1"), json=packed, headers=WRITER).status_code == 200
+    assert _stage(http, chat, 0).status_code == 200
+
+
+def test_malformed_packed_columns_are_422_invalid_record(
+    http: httpx.Client, chat: Conversation
+) -> None:
+    """Packed columns that are not base64: 422 invalid_record."""
+    body = _packed_body(chat.records[0].to_json())
+    body["columns"]["token_ids_delta"] = "%%%"
+    response = http.put(_path(chat, "staged/c1"), json=body, headers=WRITER)
+    assert (response.status_code, response.json()["check"]) == (422, "invalid_record")
 
 
 def test_a_custody_refusal_is_422_naming_the_check(http: httpx.Client, chat: Conversation) -> None:

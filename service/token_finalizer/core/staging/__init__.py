@@ -9,6 +9,7 @@ This package holds every rule of that contract that needs no I/O:
 - ``digests``: the four staging hashes, byte-exact with the reference;
 - ``delta``: the staged record a worker computes for a call;
 - ``custody``: our stage-time checks (a record must extend its staged parent);
+- ``packed``: a stage request's token columns sent as binary images;
 - ``ledger``: ledger rows, write-once, the manifest, parent resolution;
 - ``attribution``, ``receipt``: terminal attribution and our receipt policy;
 - ``verify``: the reference's verification and linearization, and the extras check;
@@ -60,6 +61,7 @@ from token_finalizer.core.staging.manifest import (
     RolloutManifest,
     RolloutReceipt,
 )
+from token_finalizer.core.staging.packed import PACKED_COLUMNS, unpack_columns
 from token_finalizer.core.staging.receipt import build_receipt
 from token_finalizer.core.staging.records import (
     StagedCallBaseSnapshot,
@@ -77,6 +79,7 @@ from token_finalizer.core.staging.verify import (
 __all__ = [
     "EMPTY_EXTRAS_DIGEST",
     "EXTRAS_DIGEST_VERSION",
+    "PACKED_COLUMNS",
     "STAGING_DIGEST_VERSION",
     "STAGING_SCHEMA_VERSION",
     "CallRecord",
@@ -121,5 +124,6 @@ __all__ = [
     "select_terminal_call",
     "staging_key",
     "stored_snapshot",
+    "unpack_columns",
     "verify_and_linearize",
 ]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from token_finalizer.core.staging._arrays import FloatColumn, TokenColumn
 from token_finalizer.core.staging._wire import Fields, StagingRecordError
@@ -132,8 +133,15 @@ class StagedCallBaseSnapshot:
         Fields(cls.__name__).keys(data, SNAPSHOT_FIELDS, SNAPSHOT_REQUIRED)
         return cls(**data)
 
-    def to_json(self) -> dict[str, Any]:
-        """The wire form (keys in field order)."""
+    def to_json(self, *, native_columns: bool = False) -> dict[str, Any]:
+        """The wire form (keys in field order).
+
+        ``native_columns``: the token columns as native-endian numpy arrays
+        instead of lists, for orjson's ``OPT_SERIALIZE_NUMPY``, which writes
+        the same numbers without a Python object per value.
+        """
+        columns = _native_columns if native_columns else _list_columns
+        ids, mask, log_probs = columns(self)
         return {
             "schema_version": self.schema_version,
             "digest_version": self.digest_version,
@@ -147,13 +155,33 @@ class StagedCallBaseSnapshot:
             "cum_len": self.cum_len,
             "weight_version": self.weight_version,
             "digest": self.digest,
-            "token_ids_delta": self.token_ids_delta.tolist(),
-            "token_mask_delta": self.token_mask_delta.tolist(),
-            "generation_log_probs_delta": self.generation_log_probs_delta.tolist(),
+            "token_ids_delta": ids,
+            "token_mask_delta": mask,
+            "generation_log_probs_delta": log_probs,
             "extras_digest": self.extras_digest,
             "chain_hash": self.chain_hash,
             "cumulative_hash": self.cumulative_hash,
         }
+
+
+def _list_columns(snapshot: StagedCallBaseSnapshot) -> tuple[list[Any], list[Any], list[Any]]:
+    return (
+        snapshot.token_ids_delta.tolist(),
+        snapshot.token_mask_delta.tolist(),
+        snapshot.generation_log_probs_delta.tolist(),
+    )
+
+
+def _native_columns(
+    snapshot: StagedCallBaseSnapshot,
+) -> tuple[npt.NDArray[np.uint64], FloatColumn, FloatColumn]:
+    # Ids are held big-endian (``>u8``), which orjson does not write; masks and
+    # log probabilities are float64 already.
+    return (
+        snapshot.token_ids_delta.astype(np.uint64),
+        snapshot.token_mask_delta,
+        snapshot.generation_log_probs_delta,
+    )
 
 
 def _fields_of(snapshot: StagedCallBaseSnapshot) -> tuple[str, ...]:
@@ -269,9 +297,10 @@ class StagedCallRecord(StagedCallBaseSnapshot):
         Fields(cls.__name__).keys(data, _RECORD_FIELDS, SNAPSHOT_REQUIRED)
         return cls(**data)
 
-    def to_json(self) -> dict[str, Any]:
-        """The wire form: the base snapshot's keys, then ``extras``."""
-        return {**StagedCallBaseSnapshot.to_json(self), "extras": self.extras}
+    def to_json(self, *, native_columns: bool = False) -> dict[str, Any]:
+        """The wire form: the base snapshot's keys, then ``extras`` (``native_columns``: above)."""
+        base = StagedCallBaseSnapshot.to_json(self, native_columns=native_columns)
+        return {**base, "extras": self.extras}
 
     def base_snapshot(self) -> StagedCallBaseSnapshot:
         """The same call without extras, as a staging source returns it (not re-validated)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from tests.service.core.staging._calls import staged_call
@@ -136,3 +137,10 @@ def test_records_with_one_field_changed_differ() -> None:
     """Records differing only in a field (here the weight version) are not equal."""
     first, second = staged_call(weight_version=0), staged_call(weight_version=1)
     assert first != second
+
+
+def test_native_columns_write_the_same_json_as_lists() -> None:
+    """orjson writes a record's native columns as the very bytes its lists give."""
+    record = StagedCallRecord.from_json(_golden_record())
+    native = orjson.dumps(record.to_json(native_columns=True), option=orjson.OPT_SERIALIZE_NUMPY)
+    assert native == orjson.dumps(record.to_json())

@@ -1,0 +1,69 @@
+"""Packed token columns of a stage request (docs/staging.md#packed-columns).
+
+A staged call of 4,096 tokens with log probabilities is about 117 KB of JSON,
+most of it some 12,000 numbers a store would parse one by one and then check
+one by one again as it turns them into arrays. The client's sink may send
+the three delta columns instead as ``"columns"`` beside ``"record"``: each
+the standard base64 of the column's big-endian machine image (token ids
+``>u8``, masks and log probabilities ``>f8``). The store decodes each with
+numpy in one pass and validates the record exactly as it validates lists.
+A float64 image carries every value exactly, so a packed call and the same
+call as lists are one record: the same digest and the same stored JSON.
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from token_finalizer.core.staging._arrays import U64_BE
+from token_finalizer.core.staging._wire import StagingRecordError
+
+__all__ = ["PACKED_COLUMNS", "unpack_columns"]
+
+_F64_BE = np.dtype(">f8")
+# Each packed column and the machine image it is sent as.
+PACKED_COLUMNS: Mapping[str, np.dtype[Any]] = {
+    "token_ids_delta": U64_BE,
+    "token_mask_delta": _F64_BE,
+    "generation_log_probs_delta": _F64_BE,
+}
+_TYPE = "StagedCallRecord"
+
+
+def _fail(field: str, problem: str) -> StagingRecordError:
+    return StagingRecordError(_TYPE, field, problem)
+
+
+def unpack_columns(record: object, columns: object) -> dict[str, Any]:
+    """``record`` (the wire form without its columns) with ``columns`` decoded into it.
+
+    The arrays are read-only views of the decoded images; the record's own
+    validation then checks them as it checks lists. A malformed ``columns``
+    (not every packed column, not base64, an image that is not whole
+    8-byte values) or a record that also carries a column raises
+    ``StagingRecordError``.
+    """
+    if not isinstance(record, Mapping):
+        raise _fail("*", f"must be a JSON object, got {type(record).__name__}")
+    if not isinstance(columns, Mapping) or set(columns) != set(PACKED_COLUMNS):
+        names = ", ".join(PACKED_COLUMNS)
+        raise _fail("columns", f"must be an object of exactly {names}")
+    unpacked = dict(record)
+    for name, dtype in PACKED_COLUMNS.items():
+        if name in unpacked:
+            raise _fail(name, "is sent both packed and in the record")
+        encoded = columns[name]
+        if not isinstance(encoded, str):
+            raise _fail(name, "a packed column must be a base64 string")
+        try:
+            image = binascii.a2b_base64(encoded, strict_mode=True)
+        except (binascii.Error, ValueError) as error:
+            raise _fail(name, f"the packed column is not base64: {error}") from None
+        if len(image) % dtype.itemsize:
+            raise _fail(name, f"the packed column is {len(image)} bytes, not whole 8-byte values")
+        unpacked[name] = np.frombuffer(image, dtype=dtype)
+    return unpacked
