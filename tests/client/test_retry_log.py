@@ -89,8 +89,12 @@ def test_other_stamina_retries_keep_stamina_logging(caplog: pytest.LogCaptureFix
     assert "stamina" in names and LOGGER_NAME not in names
 
 
-def test_the_package_adds_no_handler(connect: Connect, mock: Any) -> None:
+def test_the_package_adds_no_handler(
+    connect: Connect, mock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The application decides where warnings go: the package's logger has no handler."""
+    # Start from a bare logger: a server test in the same process may have configured it.
+    monkeypatch.setattr(logging.getLogger(LOGGER_NAME), "handlers", [])
     mock.get("/health").mock(side_effect=[httpx.Response(503), httpx.Response(200, json={})])
     connect(BASE).health()
     assert logging.getLogger(LOGGER_NAME).handlers == []

@@ -182,6 +182,54 @@ def _encode_int_run(values: list[int], out: bytearray) -> None:
 EMPTY_EXTRAS_DIGEST = hash_extras(None)
 
 
+def _check_versions(schema_version: int, digest_version: int, extras_digest_version: int) -> None:
+    _check_version(schema_version, STAGING_SCHEMA_VERSION, "staging schema")
+    _check_version(digest_version, STAGING_DIGEST_VERSION, "staging digest")
+    _check_version(extras_digest_version, EXTRAS_DIGEST_VERSION, "extras digest")
+
+
+def _check_identity(
+    rollout_id: str,
+    model_call_id: str,
+    parent_call_id: str | None,
+    mode: str,
+    prev_len: int,
+    delta_len: int,
+) -> None:
+    """The call's ids, mode and lengths, in the reference's order; ValueError on the first break."""
+    if not rollout_id or not model_call_id:
+        raise ValueError("rollout_id and model_call_id must be non-empty")
+    if parent_call_id == "":
+        raise ValueError("parent_call_id must be non-empty when present")
+    if mode not in ("text", "token_in"):
+        raise ValueError(f"unsupported capture mode {mode!r}")
+    if parent_call_id is None and (prev_len != 0 or mode != "text"):
+        raise ValueError("a parentless call must be a text-mode root with prev_len == 0")
+    if parent_call_id is not None and (prev_len == 0 or mode != "token_in"):
+        raise ValueError("a child call must use token_in mode with prev_len > 0")
+    if delta_len == 0:
+        raise ValueError("a staged call delta must contain at least one token")
+
+
+def _checked_columns(
+    delta_len: int, token_ids: object, token_mask: object, log_probs_column: object
+) -> tuple[Any, Any, Any]:
+    """The three delta columns as arrays, checked against each other and `delta_len`."""
+    ids = _column(token_view, token_ids, "token_ids_delta")
+    mask = _column(_strict_floats, token_mask, "token_mask_delta")
+    log_probs = _column(_strict_floats, log_probs_column, "generation_log_probs_delta")
+    if delta_len != len(ids):
+        raise ValueError(f"delta_len {delta_len} does not match {len(ids)} token IDs")
+    if not len(ids) == len(mask) == len(log_probs):
+        raise ValueError("token IDs, masks, and log probabilities must have equal lengths")
+    carry = mask == 0.0
+    if not (carry | (mask == 1.0)).all():
+        raise ValueError("token_mask_delta must contain only 0.0 or 1.0")
+    if (log_probs[carry] != 0.0).any():
+        raise ValueError("prompt-carry log probabilities must be 0.0")
+    return ids, mask, log_probs
+
+
 def hash_staged_call(
     *,
     schema_version: int,
@@ -207,33 +255,11 @@ def hash_staged_call(
     Columns may be lists (masks and log probabilities must then be Python
     floats, as the reference requires) or the arrays the typed records hold.
     """
-    _check_version(schema_version, STAGING_SCHEMA_VERSION, "staging schema")
-    _check_version(digest_version, STAGING_DIGEST_VERSION, "staging digest")
-    _check_version(extras_digest_version, EXTRAS_DIGEST_VERSION, "extras digest")
-    if not rollout_id or not model_call_id:
-        raise ValueError("rollout_id and model_call_id must be non-empty")
-    if parent_call_id == "":
-        raise ValueError("parent_call_id must be non-empty when present")
-    if mode not in ("text", "token_in"):
-        raise ValueError(f"unsupported capture mode {mode!r}")
-    if parent_call_id is None and (prev_len != 0 or mode != "text"):
-        raise ValueError("a parentless call must be a text-mode root with prev_len == 0")
-    if parent_call_id is not None and (prev_len == 0 or mode != "token_in"):
-        raise ValueError("a child call must use token_in mode with prev_len > 0")
-    if delta_len == 0:
-        raise ValueError("a staged call delta must contain at least one token")
-    ids = _column(token_view, token_ids_delta, "token_ids_delta")
-    mask = _column(_strict_floats, token_mask_delta, "token_mask_delta")
-    log_probs = _column(_strict_floats, generation_log_probs_delta, "generation_log_probs_delta")
-    if delta_len != len(ids):
-        raise ValueError(f"delta_len {delta_len} does not match {len(ids)} token IDs")
-    if not len(ids) == len(mask) == len(log_probs):
-        raise ValueError("token IDs, masks, and log probabilities must have equal lengths")
-    carry = mask == 0.0
-    if not (carry | (mask == 1.0)).all():
-        raise ValueError("token_mask_delta must contain only 0.0 or 1.0")
-    if (log_probs[carry] != 0.0).any():
-        raise ValueError("prompt-carry log probabilities must be 0.0")
+    _check_versions(schema_version, digest_version, extras_digest_version)
+    _check_identity(rollout_id, model_call_id, parent_call_id, mode, prev_len, delta_len)
+    ids, mask, log_probs = _checked_columns(
+        delta_len, token_ids_delta, token_mask_delta, generation_log_probs_delta
+    )
     if cum_len != prev_len + delta_len:
         raise ValueError(
             f"cum_len {cum_len} does not equal prev_len + delta_len ({prev_len + delta_len})"
