@@ -66,7 +66,7 @@ def test_client_installs_alone_without_server_code_and_typed(tmp_path: Path) -> 
     requires = sorted(requirement.split(">")[0].split(";")[0] for requirement in probe["requires"])
     assert Path(probe["location"]).is_relative_to(venv)
     assert (probe["importable"], probe["loaded"], typed) == ([], [], "True")
-    assert requires == ["httpx", "numpy", "orjson", "sniffio", "stamina", "zstandard"]
+    assert requires == ["aiohttp", "httpx", "numpy", "orjson", "sniffio", "stamina", "zstandard"]
     assert [r for r in probe["requires"] if "extra" in r] == [
         'orjson>=3.9; extra == "fast"',
         'numpy>=1.26; extra == "fast"',

@@ -36,7 +36,7 @@ from token_finalizer_client._constants import (
 )
 from token_finalizer_client._deadline import bound_by_deadlines
 from token_finalizer_client._exceptions import FinalizerError
-from token_finalizer_client._exchange import AnswerLimits, Reply
+from token_finalizer_client._exchange import AnswerLimits, HttpxAsyncPool, Reply
 from token_finalizer_client._ordered import ordered_map
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries, send_with_retries
 from token_finalizer_client._types import Finalized, Readiness
@@ -190,7 +190,8 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
         return httpx.AsyncClient(**options)
 
     async def _send(self, request: WireRequest) -> Reply:
-        return await asend_with_retries(self._http, request, self._retry, self._limits)
+        pool = HttpxAsyncPool(self._http)
+        return await asend_with_retries(pool, request, self._retry, self._limits)
 
     async def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
         """Finalize one finished rollout record (`POST /finalize`); see `FinalizerClient`."""

@@ -64,6 +64,12 @@ ACCEPT_ENCODING = "zstd, gzip"
 # ids as one base64 string of little-endian integers (resolve), so an answer
 # grows with the context, not calls x context, and costs no per-token parsing.
 COMPACT_TOKENS = ("tokens", "compact")
+# The resolver keeps each rollout's last match (its cumulative ids) and names it
+# in the next resolve, so the store answers only the ids after it
+# (docs/store-protocol.md#known-prefix). At most this many ids are kept, over
+# all rollouts (least recently resolved dropped first): a tuple costs 8 bytes
+# per id beyond the ints, which the model server holds for its own prompts.
+RESOLVER_KNOWN_IDS_BUDGET = 4_000_000
 # finalize_many: calls in flight by default, and how far past the oldest
 # unfinished record it may start (a multiple of the concurrency), which bounds
 # the answers held back waiting for a slow one.

@@ -13,9 +13,15 @@ that does not know the parameter answers the plain form
 (`"cumulative_token_ids": [...]`), which is still read; its checks run in C
 too (`set(map(type, ...))`, `min`, `max`).
 
+A resolve that named a known prefix (the rollout's last match, whose ids
+the client holds) may be answered with only the ids after it: the compact
+form then carries `"offset": n`, the number of known ids its data follows,
+and the ids are the known ones plus the data's (docs/store-protocol.md#known-prefix).
+
 Anything else (both forms, neither, an unknown encoding, a length that is
-not the data's, data that is not base64, ids outside [0, 2**64)) is a
-`InvalidAnswerError`, which the resolver answers as a lookup error.
+not the data's, data that is not base64, ids outside [0, 2**64), an offset
+that is not the known prefix's length) is a `InvalidAnswerError`, which the
+resolver answers as a lookup error.
 """
 
 from __future__ import annotations
@@ -48,9 +54,20 @@ def _plain(value: object) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _compact(value: object) -> tuple[int, ...]:
+def _compact(value: object, known: tuple[int, ...]) -> tuple[int, ...]:
     if not isinstance(value, dict):
         raise InvalidAnswerError(f"{COMPACT_FIELD} is not an object")
+    if "offset" in value:
+        offset = value["offset"]
+        if type(offset) is not int or offset != len(known):
+            raise InvalidAnswerError(
+                f"{COMPACT_FIELD} follows {offset!r:.40} known ids; {len(known)} were named"
+            )
+        return known + _compact_data(value)
+    return _compact_data(value)
+
+
+def _compact_data(value: dict[str, Any]) -> tuple[int, ...]:
     encoding, length, data = value.get("encoding"), value.get("length"), value.get("data")
     layout = _ENCODINGS.get(encoding) if isinstance(encoding, str) else None
     if layout is None:
@@ -78,12 +95,15 @@ def _compact(value: object) -> tuple[int, ...]:
     return ids
 
 
-def cumulative_token_ids(match: dict[str, Any]) -> tuple[int, ...]:
-    """The match's cumulative token ids, from whichever form it carries (exactly one)."""
+def cumulative_token_ids(match: dict[str, Any], known: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The match's cumulative token ids, from whichever form it carries (exactly one).
+
+    `known`: the ids of the known prefix the resolve named (none: empty).
+    """
     has_plain, has_compact = PLAIN_FIELD in match, COMPACT_FIELD in match
     if has_plain == has_compact:
         which = "both" if has_plain else "neither"
         raise InvalidAnswerError(f"the match carries {which} of {PLAIN_FIELD} and {COMPACT_FIELD}")
     if has_compact:
-        return _compact(match[COMPACT_FIELD])
+        return _compact(match[COMPACT_FIELD], known)
     return _plain(match[PLAIN_FIELD])

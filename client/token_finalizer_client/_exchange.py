@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 
@@ -32,12 +33,17 @@ from token_finalizer_client._exceptions import AnswerTooLargeError, InvalidAnswe
 from token_finalizer_client._wire import WireRequest
 
 __all__ = [
+    "AnswerBody",
     "AnswerLimits",
+    "AsyncPool",
     "ExchangeTimeout",
+    "HttpxAsyncPool",
     "Reply",
     "aexchange",
     "describe_request",
     "exchange",
+    "timed_out",
+    "try_deadline",
 ]
 
 
@@ -64,7 +70,7 @@ class Reply:
     """
 
     status_code: int
-    headers: httpx.Headers
+    headers: Mapping[str, str]
     content: bytes
     request: str
 
@@ -86,7 +92,7 @@ def describe_request(request: httpx.Request) -> str:
     return f"{request.method} {url.scheme}://{url.netloc.decode('ascii')}{url.path}"
 
 
-def _try_deadline(limits: AnswerLimits, call_deadline: float | None) -> float | None:
+def try_deadline(limits: AnswerLimits, call_deadline: float | None) -> float | None:
     """When this try must be over: its own timeout, cut to the call's deadline."""
     own = None if limits.timeout_s is None else time.monotonic() + limits.timeout_s
     if own is None or call_deadline is None:
@@ -94,47 +100,50 @@ def _try_deadline(limits: AnswerLimits, call_deadline: float | None) -> float | 
     return min(own, call_deadline)
 
 
-def _timed_out(request: httpx.Request, limits: AnswerLimits) -> ExchangeTimeout:
+def timed_out(request: httpx.Request, limits: AnswerLimits) -> ExchangeTimeout:
+    """The error of a try that ran past its deadline."""
     return ExchangeTimeout(
         f"no whole answer within the try's timeout ({limits.timeout_s}s) or the call's deadline",
         request=request,
     )
 
 
-class _Body:
-    """The raw body of one answer as it arrives, held to its size limit."""
+class AnswerBody:
+    """The raw body of one answer as it arrives, held to its size limit.
 
-    def __init__(self, response: httpx.Response, limits: AnswerLimits) -> None:
-        self.success = response.is_success
-        self.limit = limits.max_bytes if self.success else MAX_ERROR_BODY_BYTES
+    `name` is the call as messages name it (`describe_request`); `decoded`
+    says the body arrives already decoded (an answer made in memory).
+    """
+
+    def __init__(self, success: bool, limits: AnswerLimits, name: str, decoded: bool) -> None:
+        self.success = success
+        self.limit = limits.max_bytes if success else MAX_ERROR_BODY_BYTES
+        self.name = name
+        self.decoded = decoded
         self.parts: list[bytes] = []
         self.size = 0
         self.cut = False  # an error body longer than its limit: the rest was not read
-        # An answer made in memory (a mock transport) arrives read and decoded by httpx.
-        self.decoded = response.is_stream_consumed
 
-    def add(self, chunk: bytes, request: httpx.Request) -> bool:
+    def add(self, chunk: bytes) -> bool:
         """Keep `chunk`; False once an error body is long enough (stop reading)."""
         self.size += len(chunk)
         if self.size > self.limit:
             if self.success:
-                raise AnswerTooLargeError(
-                    f"{describe_request(request)} answered more than {self.limit} bytes"
-                )
+                raise AnswerTooLargeError(f"{self.name} answered more than {self.limit} bytes")
             self.cut = True
             return False
         self.parts.append(chunk)
         return True
 
-    def reply(self, response: httpx.Response, request: httpx.Request) -> Reply:
+    def reply(self, status_code: int, headers: Mapping[str, str]) -> Reply:
         """The answer with its body decoded (an error body: as far as it can be)."""
         raw = b"".join(self.parts)
-        encoding = "" if self.decoded else response.headers.get("content-encoding", "")
+        encoding = "" if self.decoded else headers.get("content-encoding", "")
         if self.success:
             try:
                 content = decode_content(raw, encoding, self.limit)
             except InvalidAnswerError as exc:
-                raise type(exc)(f"{describe_request(request)} answered unreadably: {exc}") from None
+                raise type(exc)(f"{self.name} answered unreadably: {exc}") from None
         elif self.cut:
             # Only an unencoded start is worth reading as the server's message.
             plain = encoding.strip().lower() in ("", "identity")
@@ -144,10 +153,16 @@ class _Body:
                 content = decode_content(raw, encoding, self.limit)
             except InvalidAnswerError:
                 content = b""
-        return Reply(response.status_code, response.headers, content, describe_request(request))
+        return Reply(status_code, headers, content, self.name)
 
 
-def _raw_chunks(response: httpx.Response, body: _Body) -> Iterator[bytes]:
+def _body_of(response: httpx.Response, request: httpx.Request, limits: AnswerLimits) -> AnswerBody:
+    # An answer made in memory (a mock transport) arrives read and decoded by httpx.
+    decoded = response.is_stream_consumed
+    return AnswerBody(response.is_success, limits, describe_request(request), decoded)
+
+
+def _raw_chunks(response: httpx.Response, body: AnswerBody) -> Iterator[bytes]:
     """The answer's body as it arrives, still encoded (or whole, when made in memory)."""
     return iter((response.content,)) if body.decoded else response.iter_raw()
 
@@ -160,38 +175,36 @@ def exchange(
 ) -> Reply:
     """Send `request` once on a blocking pool and read its answer whole (see the module)."""
     built = http.build_request(**request.send_options())
-    deadline = _try_deadline(limits, call_deadline)
+    deadline = try_deadline(limits, call_deadline)
     if past_deadline(deadline):
-        raise _timed_out(built, limits)
+        raise timed_out(built, limits)
     with deadline_scope(deadline):
         response = http.send(built, stream=True)
         try:
-            body = _Body(response, limits)
+            body = _body_of(response, built, limits)
             for chunk in _raw_chunks(response, body):
-                if not body.add(chunk, built):
+                if not body.add(chunk):
                     break
                 if past_deadline(deadline):
-                    raise _timed_out(built, limits)
+                    raise timed_out(built, limits)
         finally:
             response.close()
-    return body.reply(response, built)
+    return body.reply(response.status_code, response.headers)
 
 
-async def _aread(
-    http: httpx.AsyncClient, built: httpx.Request, limits: AnswerLimits
-) -> tuple[httpx.Response, _Body]:
+async def _aread(http: httpx.AsyncClient, built: httpx.Request, limits: AnswerLimits) -> Reply:
     response = await http.send(built, stream=True)
     try:
-        body = _Body(response, limits)
+        body = _body_of(response, built, limits)
         if body.decoded:
-            body.add(response.content, built)
+            body.add(response.content)
         else:
             async for chunk in response.aiter_raw():
-                if not body.add(chunk, built):
+                if not body.add(chunk):
                     break
     finally:
         await response.aclose()
-    return response, body
+    return body.reply(response.status_code, response.headers)
 
 
 async def aexchange(
@@ -202,16 +215,51 @@ async def aexchange(
 ) -> Reply:
     """`exchange` on an asyncio pool: the try runs inside `asyncio.timeout`."""
     built = http.build_request(**request.send_options())
-    deadline = _try_deadline(limits, call_deadline)
+    deadline = try_deadline(limits, call_deadline)
     if deadline is None:
-        response, body = await _aread(http, built, limits)
-        return body.reply(response, built)
+        return await _aread(http, built, limits)
     left = deadline - time.monotonic()
     if left <= 0:
-        raise _timed_out(built, limits)
+        raise timed_out(built, limits)
     try:
         async with asyncio.timeout(left):
-            response, body = await _aread(http, built, limits)
+            return await _aread(http, built, limits)
     except TimeoutError:
-        raise _timed_out(built, limits) from None
-    return body.reply(response, built)
+        raise timed_out(built, limits) from None
+
+
+class AsyncPool(Protocol):
+    """An asyncio connection pool as the retry policy drives it: one try per `exchange`.
+
+    Two kinds exist (docs/architecture.md#round-trips): `HttpxAsyncPool`, any
+    httpx transport (the finalizer client; a store connection given a
+    transport), and `AioPool` (`_aio_pool`), a store connection's own pool
+    on the network.
+    """
+
+    async def exchange(
+        self, request: WireRequest, limits: AnswerLimits, call_deadline: float | None
+    ) -> Reply:
+        """Send `request` once and read its answer whole (see the module)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close every connection of the pool."""
+        ...
+
+
+class HttpxAsyncPool:
+    """An `httpx.AsyncClient` as an `AsyncPool`."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def exchange(
+        self, request: WireRequest, limits: AnswerLimits, call_deadline: float | None
+    ) -> Reply:
+        """`aexchange` on the wrapped client."""
+        return await aexchange(self.client, request, limits, call_deadline)
+
+    async def aclose(self) -> None:
+        """Close the wrapped client."""
+        await self.client.aclose()

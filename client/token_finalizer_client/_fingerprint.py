@@ -35,6 +35,7 @@ import hashlib
 import importlib
 import json
 import math
+import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -348,10 +349,15 @@ def _context_fields(item: dict[str, Any]) -> Iterator[tuple[int, bytes]]:
         yield 7, output
 
 
+# Each field's head: its tag (one byte) and its length (eight, big-endian).
+_FIELD_HEAD = struct.Struct(">BQ").pack
+
+
 def _absorb(hasher: Any, fields: Iterable[tuple[int, bytes]]) -> None:
+    # One update per field: a model server hashes every item before each call.
+    update = hasher.update
     for tag, value in fields:
-        hasher.update(tag.to_bytes(1, "big") + len(value).to_bytes(8, "big"))
-        hasher.update(value)
+        update(_FIELD_HEAD(tag, len(value)) + value)
 
 
 # -- the hashes -----------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from token_finalizer_client._fingerprint import (
     assistant_fingerprint,
     context_digests,
 )
+from token_finalizer_client._known_ids import KnownIds, KnownIdsCache
 from token_finalizer_client._store_connection import StoreConnection
 from token_finalizer_client._wire import WireRequest, read_object
 
@@ -139,7 +140,7 @@ def _unresolved(reason: str) -> LineageResolution:
     return LineageResolution(_status(ResolutionStatus.UNRESOLVED.value), None, reason)
 
 
-def _match(value: object) -> LineageMatch:
+def _match(value: object, known: tuple[int, ...]) -> LineageMatch:
     if not isinstance(value, dict):
         raise InvalidAnswerError(f"a resolved answer's match is not an object: {value!r:.200}")
     call_id, digest = value.get("model_call_id"), value.get("digest")
@@ -150,7 +151,7 @@ def _match(value: object) -> LineageMatch:
         raise InvalidAnswerError(f"the match's digest is not a string: {digest!r:.200}")
     if type(prev_len) is not int:
         raise InvalidAnswerError(f"the match's prev_len is not a length: {prev_len!r:.200}")
-    token_ids = cumulative_token_ids(value)
+    token_ids = cumulative_token_ids(value, known)
     chain, chain_hash = value.get("staging_chain") or [], value.get("chain_hash") or ""
     if not chain and not chain_hash:  # a match over token entries
         if prev_len != len(token_ids):
@@ -174,8 +175,11 @@ def _match(value: object) -> LineageMatch:
     return LineageMatch(call_id, (), digest, prev_len, tuple(chain), chain_hash)
 
 
-def _read_resolution(body: dict[str, Any]) -> LineageResolution:
-    """A resolve answer as a LineageResolution; InvalidAnswerError when it is not one."""
+def _read_resolution(body: dict[str, Any], known: tuple[int, ...] = ()) -> LineageResolution:
+    """A resolve answer as a LineageResolution; InvalidAnswerError when it is not one.
+
+    `known`: the ids of the known prefix the request named (`_known_ids`).
+    """
     status, reason, match = body.get("status"), body.get("reason", ""), body.get("match")
     if status not in tuple(ResolutionStatus):
         raise InvalidAnswerError(f"the resolve answer's status is {status!r:.200}")
@@ -183,7 +187,7 @@ def _read_resolution(body: dict[str, Any]) -> LineageResolution:
         raise InvalidAnswerError(f"the resolve answer's reason is not a string: {reason!r:.200}")
     reason = shorten(reason, MAX_REASON_CHARS)
     if status == ResolutionStatus.RESOLVED:
-        return LineageResolution(_status(str(status)), _match(match), reason)
+        return LineageResolution(_status(str(status)), _match(match, known), reason)
     if match is not None:
         raise InvalidAnswerError(f"a {status} answer carries a match")
     return LineageResolution(_status(str(status)), None, reason)
@@ -192,22 +196,31 @@ def _read_resolution(body: dict[str, Any]) -> LineageResolution:
 class HttpLineageResolver(StoreConnection):
     """NeMo Gym 0.7 `LineageResolver` over a remote capture store (read-only)."""
 
+    _known: KnownIdsCache | None = None  # made on first use (`_known_ids`)
+
+    def _known_ids(self) -> KnownIdsCache:
+        if self._known is None:
+            self._known = KnownIdsCache()
+        return self._known
+
     async def __aenter__(self) -> HttpLineageResolver:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _ask(self, rollout_id: str, fingerprint: str, digests: list[str]) -> dict[str, Any]:
+    async def _ask(
+        self, rollout_id: str, fingerprint: str, digests: list[str], known: KnownIds | None
+    ) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "fingerprint_version": FINGERPRINT_VERSION,
+            "fingerprint": fingerprint,
+            "context_digests": digests,
+        }
+        if known is not None:
+            payload["known"] = known.to_wire()
         request = WireRequest.json(
-            "POST",
-            rollout_path(rollout_id, _RESOLVE_OPERATION),
-            {
-                "fingerprint_version": FINGERPRINT_VERSION,
-                "fingerprint": fingerprint,
-                "context_digests": digests,
-            },
-            params=_RESOLVE_PARAMS,
+            "POST", rollout_path(rollout_id, _RESOLVE_OPERATION), payload, params=_RESOLVE_PARAMS
         )
         return read_object(await self._call(request))
 
@@ -217,7 +230,14 @@ class HttpLineageResolver(StoreConnection):
         if not fingerprint:
             return LineageResolution(_status(ResolutionStatus.ROOT.value))
         digests = context_digests(request_items)
-        return _read_resolution(await self._ask(rollout_id, fingerprint, digests))
+        cache = self._known_ids()
+        known = cache.get(rollout_id)
+        answer = await self._ask(rollout_id, fingerprint, digests, known)
+        resolution = _read_resolution(answer, () if known is None else known.ids)
+        match = resolution.match
+        if match is not None:
+            cache.keep(rollout_id, match.digest, match.cumulative_token_ids)
+        return resolution
 
     async def resolve(self, rollout_id: str, request_items: Sequence[Any]) -> LineageResolution:
         """Which committed call `request_items` continues: root, resolved or unresolved.

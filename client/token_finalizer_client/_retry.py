@@ -58,8 +58,8 @@ from token_finalizer_client._constants import (
 from token_finalizer_client._exceptions import APIConnectionError, APITimeoutError
 from token_finalizer_client._exchange import (
     AnswerLimits,
+    AsyncPool,
     Reply,
-    aexchange,
     describe_request,
     exchange,
 )
@@ -289,14 +289,14 @@ def send_with_retries(
 
 
 async def asend_with_retries(
-    http: httpx.AsyncClient, request: WireRequest, policy: RetryPolicy, limits: AnswerLimits
+    pool: AsyncPool, request: WireRequest, policy: RetryPolicy, limits: AnswerLimits
 ) -> Reply:
     """`send_with_retries` on an asyncio pool: the same tries, the same waits and bounds."""
     deadline_s = call_deadline_s(policy, limits.timeout_s)
     deadline = None if deadline_s is None else time.monotonic() + deadline_s
     try:
         return await policy.acall(
-            lambda: aexchange(http, request, limits, deadline),
+            lambda: pool.exchange(request, limits, deadline),
             statuses=request.retry_statuses,
             method=request.method,
             path=request.path,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from token_finalizer_client._aio_pool import AioPool
 from token_finalizer_client._constants import (
     ACCEPT_ENCODING,
     CONNECT_TIMEOUT_S,
@@ -34,7 +35,7 @@ from token_finalizer_client._constants import (
 )
 from token_finalizer_client._deadline import bound_by_deadlines
 from token_finalizer_client._exceptions import FinalizerError
-from token_finalizer_client._exchange import AnswerLimits, Reply
+from token_finalizer_client._exchange import AnswerLimits, AsyncPool, HttpxAsyncPool, Reply
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries
 from token_finalizer_client._wire import WireRequest, default_headers
 
@@ -96,6 +97,17 @@ class StoreEndpoint:
             limits=self.limits,
             transport=transport,
         )
+
+    def open_pool(self, transport: httpx.AsyncBaseTransport | None = None) -> AsyncPool:
+        """A new asyncio pool to this store: aiohttp on the network, httpx over `transport`.
+
+        A store connection's requests are a model server's hot path; aiohttp
+        is the faster client there (`_aio_pool`). A transport (an in-process
+        app, a mock) is httpx's seam, so with one the pool is httpx's.
+        """
+        if transport is not None:
+            return HttpxAsyncPool(self.open(transport))
+        return AioPool(self.url, self.headers, self.timeout, self.limits)
 
     def open_blocking(self, transport: httpx.BaseTransport | None = None) -> httpx.Client:
         """A new blocking connection pool to this store, safe to share between threads.
@@ -187,15 +199,15 @@ class StoreConnection(PooledStore):
             max_answer_bytes=DEFAULT_STORE_MAX_ANSWER_BYTES,
         )
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._client: AsyncPool | None = None
         self._closed = False
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> AsyncPool:
         if self._closed:
             raise FinalizerError(f"{self!r} is closed")
         if self._client is None:
             # Created on first use, inside the model server's event loop.
-            self._client = self._endpoint.open(self._transport)
+            self._client = self._endpoint.open_pool(self._transport)
         return self._client
 
     async def _call(self, request: WireRequest) -> Reply:

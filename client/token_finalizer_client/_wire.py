@@ -108,10 +108,11 @@ class WireRequest:
             "url": self.path,
             "content": self.content,
             "params": self.params,
-            "headers": self._headers(),
+            "headers": self.own_headers(),
         }
 
-    def _headers(self) -> dict[str, str] | None:
+    def own_headers(self) -> dict[str, str] | None:
+        """This call's headers over the pool's: its content type and its own, if any."""
         if self.headers is None:
             return None if self.content is None else _JSON_CONTENT
         return {**self.headers, **(_JSON_CONTENT if self.content is not None else {})}

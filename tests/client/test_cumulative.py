@@ -86,3 +86,23 @@ def test_malformed_ids_are_refused(match: dict[str, Any]) -> None:
     """A length or encoding that does not fit, bad data, or both or neither forms: refused."""
     with pytest.raises(InvalidAnswerError):
         cumulative_token_ids(match)
+
+
+def test_ids_after_a_known_prefix_are_appended_to_it() -> None:
+    """`offset` equal to the known ids' length: the ids are the known ones, then the data's."""
+    known = (5, 6, 7)
+    match = compact([8, 9], offset=3)
+    assert cumulative_token_ids(match, known) == (5, 6, 7, 8, 9)
+
+
+@pytest.mark.parametrize(
+    ("offset", "known"),
+    [(3, ()), (2, (5, 6, 7)), (4, (5, 6, 7)), ("3", (5, 6, 7)), (True, (5,))],
+    ids=["nothing-known", "shorter", "longer", "text", "bool"],
+)
+def test_an_offset_that_is_not_the_known_length_is_refused(
+    offset: object, known: tuple[int, ...]
+) -> None:
+    """Ids after a prefix the client did not name (or of another length) cannot be rebuilt."""
+    with pytest.raises(InvalidAnswerError, match="known ids"):
+        cumulative_token_ids(compact([8, 9], offset=offset), known)

@@ -121,6 +121,39 @@ async def test_root_sends_no_request() -> None:
     assert (resolution.status, resolution.reason, resolution.match, seen) == ("root", "", None, [])
 
 
+async def test_the_next_resolve_names_the_last_match_as_known() -> None:
+    """After a match, the rollout's next resolve sends its digest and length as `known`."""
+    first = {**COMPACT_MATCH, "digest": "e" * 64, **compact([1, 2, 3])}
+    handler, seen = _answering({"status": "resolved", "reason": "", "match": first})
+    async with _resolver(handler) as resolver:
+        await resolver.resolve("r1", ITEMS)
+        await resolver.resolve("r1", ITEMS)
+        await resolver.resolve("r2", ITEMS)
+    bodies = [json.loads(request.content) for request in seen]
+    assert ["known" in body for body in bodies] == [False, True, False]
+    assert bodies[1]["known"] == {"digest": "e" * 64, "length": 3}
+
+
+async def test_ids_after_the_known_prefix_are_rebuilt_whole() -> None:
+    """An answer carrying only the ids after the known ones gives the whole cumulative ids."""
+    answers = iter(
+        [
+            {**COMPACT_MATCH, "digest": "e" * 64, **compact([1, 2, 3])},
+            {**COMPACT_MATCH, "prev_len": 5, "digest": "f" * 64, **compact([4, 5], offset=3)},
+        ]
+    )
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, json={"status": "resolved", "reason": "", "match": next(answers)}
+        )
+
+    async with _resolver(handle) as resolver:
+        await resolver.resolve("r1", ITEMS)
+        resolution = await resolver.resolve("r1", ITEMS)
+    assert resolution.match is not None and resolution.match.cumulative_token_ids == (1, 2, 3, 4, 5)
+
+
 # -- how it reads answers ---------------------------------------------------------------------
 
 

@@ -59,3 +59,29 @@ async def test_a_long_chain_resolves_to_its_exact_ids(
     assert resolution.match is not None
     assert resolution.match.model_call_id == "call-9"
     assert resolution.match.cumulative_token_ids == tuple(talk.cumulative["call-9"])
+
+
+async def test_turn_by_turn_resolves_name_the_last_match_and_stay_exact(
+    store: MemoryTokenStore, store_url: str
+) -> None:
+    """Each resolve names the previous match as known; every answer rebuilds the exact ids."""
+    talk = Conversation("turns")
+    parent = None
+    async with HttpLineageResolver(url=store_url) as resolver:
+        for turn in range(6):
+            call_id = f"call-{turn}"
+            entry = talk.call(
+                call_id,
+                f"turn {turn}",
+                new_prompt=[1000 * turn + n for n in range(40)],
+                generation=[150_000 + turn],
+                parent_call_id=parent,
+                delta=parent is not None,
+            )
+            await store.put(entry)
+            parent = call_id
+            resolution = await resolver.resolve(talk.rollout_id, talk.items)
+            assert resolution.match is not None
+            assert resolution.match.cumulative_token_ids == tuple(talk.cumulative[call_id])
+            known = resolver._known_ids().get(talk.rollout_id)
+            assert known is not None and known.ids == tuple(talk.cumulative[call_id])

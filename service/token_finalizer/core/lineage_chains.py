@@ -143,11 +143,21 @@ class ChainSource(Protocol):
         ...
 
 
+def _storage(tokens: Ids) -> Ids:
+    """The array whose memory `tokens` occupies: a view's base, else the array itself."""
+    base = tokens.base
+    return base if isinstance(base, np.ndarray) else tokens
+
+
 class ChainCache:
-    """An LRU of chains over many rollouts, bounded by their total length in tokens.
+    """An LRU of chains over many rollouts, bounded by the tokens their arrays hold.
 
     Keys are (scope, call id); a scope names one rollout's index (a recreated
-    capture gets a new one). Thread-safe: file stores resolve in worker threads.
+    capture gets a new one). Chains that extend each other are views of one
+    buffer, so the budget counts each array they occupy once, whole, however
+    many cached chains view it: a rollout's delta chains cost about its
+    longest context, not the sum of its calls' contexts. Thread-safe: file
+    stores resolve in worker threads.
     """
 
     def __init__(self, max_tokens: int) -> None:
@@ -155,6 +165,8 @@ class ChainCache:
         self.tokens = 0
         self._chains: OrderedDict[tuple[Hashable, str], Chain] = OrderedDict()
         self._by_scope: dict[Hashable, OrderedDict[str, None]] = {}
+        # id of an occupied array -> how many cached chains view it (held alive by them).
+        self._viewers: dict[int, int] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -178,7 +190,7 @@ class ChainCache:
             self._drop((scope, call_id))
             self._chains[(scope, call_id)] = chain
             self._by_scope.setdefault(scope, OrderedDict())[call_id] = None
-            self.tokens += size
+            self._occupy(chain)
             while self.tokens > self.max_tokens:
                 self._drop(next(iter(self._chains)))
 
@@ -195,11 +207,26 @@ class ChainCache:
             for call_id in list(self._by_scope.get(scope, ())):
                 self._drop((scope, call_id))
 
+    def _occupy(self, chain: Chain) -> None:
+        storage = _storage(chain.tokens)
+        viewers = self._viewers.get(id(storage), 0)
+        if viewers == 0:
+            self.tokens += len(storage)
+        self._viewers[id(storage)] = viewers + 1
+
+    def _release(self, chain: Chain) -> None:
+        storage = _storage(chain.tokens)
+        viewers = self._viewers.pop(id(storage)) - 1
+        if viewers:
+            self._viewers[id(storage)] = viewers
+        else:
+            self.tokens -= len(storage)
+
     def _drop(self, key: tuple[Hashable, str]) -> None:
         chain = self._chains.pop(key, None)
         if chain is None:
             return
-        self.tokens -= len(chain.tokens)
+        self._release(chain)
         scope, call_id = key
         ids = self._by_scope[scope]
         del ids[call_id]

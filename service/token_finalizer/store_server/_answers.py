@@ -5,7 +5,9 @@ resolve answer carries the matched call's cumulative ids as the numpy array
 resolution rebuilt, encoded by orjson in one pass, or, when the client asks
 with `tokens=compact`, as the little-endian bytes of the ids in base64
 (docs/store-protocol.md#compact-cumulative-ids): one buffer copy instead of
-one decimal number per token on both sides. Large answers are built in a
+one decimal number per token on both sides; of those, only the ids after a
+prefix the client named and already holds, once that prefix's digest is
+checked (docs/store-protocol.md#known-prefix). Large answers are built in a
 worker thread.
 
 A staging rollout (docs/staging.md#protocol) freezes into its manifest and
@@ -31,7 +33,9 @@ from token_finalizer._constants import (
 )
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.staging import LedgerResolution
+from token_finalizer.core.token_digest import token_digest
 from token_finalizer.sources.base import CaptureStore, FrozenLines, LineageQuery, StagedLines
+from token_finalizer.store_server._requests import KnownPrefix
 from token_finalizer.web.answers import encoded_response, json_response
 
 __all__ = ["compact_ids", "freeze_answer", "resolve_answer"]
@@ -111,13 +115,31 @@ def compact_ids(ids: npt.NDArray[np.integer[Any]]) -> dict[str, Any]:
     }
 
 
-def _resolution_payload(resolution: Resolution, *, compact: bool) -> dict[str, Any]:
+def _known_length(ids: npt.NDArray[np.integer[Any]], known: KnownPrefix | None) -> int | None:
+    """How many leading ids the client holds: `known`'s length once its digest is checked."""
+    if known is None or known.length > len(ids):
+        return None
+    return known.length if token_digest(ids[: known.length]) == known.digest else None
+
+
+def _compact_tokens(ids: npt.NDArray[np.integer[Any]], known: KnownPrefix | None) -> dict[str, Any]:
+    offset = _known_length(ids, known)
+    if offset is None:
+        return compact_ids(ids)
+    return {**compact_ids(ids[offset:]), "offset": offset}
+
+
+def _resolution_payload(
+    resolution: Resolution, *, compact: bool, known: KnownPrefix | None
+) -> dict[str, Any]:
     match = resolution.match
     if match is None:
         return {"status": resolution.status, "reason": resolution.reason, "match": None}
     ids = match.cumulative_token_ids
     tokens: dict[str, Any] = (
-        {"cumulative_tokens": compact_ids(ids)} if compact else {"cumulative_token_ids": ids}
+        {"cumulative_tokens": _compact_tokens(ids, known)}
+        if compact
+        else {"cumulative_token_ids": ids}
     )
     return {
         "status": resolution.status,
@@ -140,12 +162,14 @@ def _ledger_payload(resolution: LedgerResolution) -> dict[str, Any]:
     }
 
 
-def _encoded(resolution: Resolution, compact: bool, accept_encoding: str | None) -> Response:
+def _encoded(
+    resolution: Resolution, compact: bool, known: KnownPrefix | None, accept_encoding: str | None
+) -> Response:
     # The compact ids are already dense (base64 of fixed-width integers): zstd
     # would spend about a millisecond per answer on the model server's hot path
     # to save a few percent of bytes on a loopback or LAN hop, so they go as they are.
     return json_response(
-        _resolution_payload(resolution, compact=compact),
+        _resolution_payload(resolution, compact=compact, known=known),
         accept_encoding=None if compact else accept_encoding,
     )
 
@@ -157,12 +181,14 @@ async def resolve_answer(
     accept_encoding: str | None,
     *,
     compact: bool = False,
+    known: KnownPrefix | None = None,
 ) -> Response:
     """Resolve `query` over the rollout's committed calls, read without freezing.
 
     A rollout still being written resolves over what its writers were told is
     stored. With `compact`, the match carries `cumulative_tokens` instead of
-    `cumulative_token_ids`. An answer carrying many token ids is encoded in a
+    `cumulative_token_ids` (only the ids after `known`, when those are a
+    prefix of the match's). An answer carrying many token ids is encoded in a
     worker thread. A staging rollout resolves over its ledger rows.
     """
     resolution = await store.resolve_lineage(rollout_id, query)
@@ -176,5 +202,5 @@ async def resolve_answer(
         if ledger is not None:
             return json_response(_ledger_payload(ledger), accept_encoding=accept_encoding)
     if match is not None and len(match.cumulative_token_ids) >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
-        return await asyncio.to_thread(_encoded, resolution, compact, accept_encoding)
-    return _encoded(resolution, compact, accept_encoding)
+        return await asyncio.to_thread(_encoded, resolution, compact, known, accept_encoding)
+    return _encoded(resolution, compact, known, accept_encoding)

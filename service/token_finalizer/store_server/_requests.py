@@ -5,7 +5,9 @@ Every refusal is an HttpError 422 naming what is wrong.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -19,9 +21,11 @@ from token_finalizer.web.errors import HttpError
 from token_finalizer_client.protocol import CAPTURE_SEGMENT
 
 __all__ = [
+    "KnownPrefix",
     "call_entry",
     "drop_target",
     "is_call_path",
+    "known_prefix",
     "optional_call_id",
     "path_call_id",
     "required_call_id",
@@ -31,6 +35,19 @@ __all__ = [
 
 # `tokens=` of a resolve request: how the match's cumulative ids are sent.
 _TOKEN_FORMS = ("plain", "compact")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True, slots=True)
+class KnownPrefix:
+    """Ids a resolving client already holds: how many, and their token digest.
+
+    docs/store-protocol.md#known-prefix: when they are a prefix of the
+    match's cumulative ids, a compact answer carries only the ids after them.
+    """
+
+    length: int
+    digest: str
 
 
 def call_entry(body: dict[str, Any], rollout_id: str, model_call_id: str) -> dict[str, Any]:
@@ -112,6 +129,20 @@ def resolve_request(body: dict[str, Any]) -> LineageQuery:
     except ResolutionRequestError as exc:
         raise HttpError(422, str(exc)) from None
     return LineageQuery(body["fingerprint_version"], body["fingerprint"], tuple(digests))
+
+
+def known_prefix(body: dict[str, Any]) -> KnownPrefix | None:
+    """The resolve request's `known` prefix, if it names one; 422 when it is malformed."""
+    known = body.get("known")
+    if known is None:
+        return None
+    length = known.get("length") if isinstance(known, dict) else None
+    digest = known.get("digest") if isinstance(known, dict) else None
+    if type(length) is not int or length < 0:
+        raise HttpError(422, f"known.length must be an integer >= 0, got {length!r:.40}")
+    if not isinstance(digest, str) or not _HEX_DIGEST.fullmatch(digest):
+        raise HttpError(422, f"known.digest must be 64 lowercase hex digits, got {digest!r:.80}")
+    return KnownPrefix(length, digest)
 
 
 def token_form(query_params: Mapping[str, str]) -> bool:

@@ -34,6 +34,7 @@ from token_finalizer.store_server._requests import (
     call_entry,
     drop_target,
     is_call_path,
+    known_prefix,
     optional_call_id,
     path_call_id,
     required_call_id,
@@ -231,9 +232,12 @@ def _install_hot_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> 
     async def resolve_lineage(request: Request) -> Response:
         rollout_id = check_store_id(request.path_params["rollout_id"])
         compact = token_form(request.query_params)
-        query = resolve_request((await read(request)).data)
+        body = (await read(request)).data
+        query, known = resolve_request(body), known_prefix(body)
         accept_encoding = request.headers.get("accept-encoding")
-        return await resolve_answer(store, rollout_id, query, accept_encoding, compact=compact)
+        return await resolve_answer(
+            store, rollout_id, query, accept_encoding, compact=compact, known=known
+        )
 
     app.add_route(CALL_ROUTE, put_call, methods=["PUT"])
     app.add_route(PROTOCOL_PREFIX + "/intents", begin_call, methods=["POST"])

@@ -72,6 +72,39 @@ def test_forget_drops_every_chain_of_one_scope_only() -> None:
     assert cache.tokens == 3
 
 
+def _delta_run(calls: int) -> list[Chain]:
+    """The chains of a rollout of `calls` delta calls of 100 ids each, all in one buffer."""
+    chains = [Chain.anchored(_call("c0", list(range(100)), []))]
+    for turn in range(1, calls):
+        chains.append(chains[-1].extended(_call(f"c{turn}", [turn] * 100, [], f"c{turn - 1}")))
+    return chains
+
+
+def test_chains_sharing_a_buffer_count_its_size_once() -> None:
+    """Forty delta chains viewing one buffer cost that buffer, not the sum of their lengths."""
+    chains = _delta_run(40)
+    cache = ChainCache(max_tokens=100_000)
+    for turn, chain in enumerate(chains):
+        cache.put("s", f"c{turn}", chain)
+    longest = len(chains[-1].tokens)
+    assert len(cache) == 40 and longest <= cache.tokens <= 4 * longest
+    assert cache.tokens < sum(len(chain.tokens) for chain in chains) // 4
+
+
+def test_a_shared_buffer_is_counted_until_its_last_viewer_leaves() -> None:
+    """Dropping some chains of a buffer frees nothing; dropping the last frees the buffer."""
+    chains = _delta_run(3)
+    cache = ChainCache(max_tokens=100_000)
+    for turn, chain in enumerate(chains[1:], start=1):
+        cache.put("s", f"c{turn}", chain)
+    held = cache.tokens
+    cache.put("other", "x", _chain(5))
+    cache.forget("other")
+    assert cache.tokens == held
+    cache.forget("s")
+    assert (cache.tokens, len(cache)) == (0, 0)
+
+
 def test_recent_lists_a_scopes_chains_most_recent_first() -> None:
     """`recent` names the most recently used chains of a scope, newest first, up to a limit."""
     cache = ChainCache(max_tokens=100)
