@@ -79,7 +79,7 @@ async def build_staged(
     try:
         receipt = _receipt(staged, witnesses)
         row = await _verified(receipt, staged)
-        await _check_extras(snapshot.rollout_id, row, extras)
+        await _check_extras(snapshot.rollout_id, row, staged.extras, extras)
     except ReceiptVerificationError as error:
         outcome = StagedOutcome(receipt=receipt, row=None, error=StagedFailure.of(error))
         return Build.staged_rollout(
@@ -124,9 +124,17 @@ async def _verified(receipt: RolloutReceipt, staged: StagedCapture) -> Linearize
     return verify_and_linearize(receipt, snapshots)
 
 
-async def _check_extras(rollout_id: str, row: LinearizedRow, extras: ExtrasSource | None) -> None:
+async def _check_extras(
+    rollout_id: str,
+    row: LinearizedRow,
+    frozen: Mapping[str, dict[str, Any] | None] | None,
+    extras: ExtrasSource | None,
+) -> None:
+    """Check the chain's extras: those the freeze carried (`frozen`), else read from `extras`."""
     fetched: Mapping[str, Any] = {}
-    if extras is not None:
+    if frozen is not None:
+        fetched = {call_id: frozen[call_id] for call_id in row.model_call_ids if call_id in frozen}
+    elif extras is not None:
         try:
             fetched = await extras.fetch_extras(rollout_id, row.model_call_ids)
         except StoreUnreachable:

@@ -37,7 +37,7 @@ from token_finalizer.core.staging import (
     failure_row,
     stored_snapshot,
 )
-from token_finalizer.sources.base import Attachment, StagedLines, StagingReport
+from token_finalizer.sources.base import Attachment, StagedLines, StagedSnapshotLine, StagingReport
 
 __all__ = [
     "base_json",
@@ -288,7 +288,9 @@ def staged_ancestors(
 # -- the freeze and the report ----------------------------------------------------------
 
 
-def staged_lines(manifest: RolloutManifest, base_of: Callable[[str], bytes | None]) -> StagedLines:
+def staged_lines(
+    manifest: RolloutManifest, base_of: Callable[[str], StagedSnapshotLine | None]
+) -> StagedLines:
     """The freeze of a staging rollout: per manifest record, its staged base JSON or None."""
     return StagedLines(
         manifest=manifest,
@@ -297,20 +299,31 @@ def staged_lines(manifest: RolloutManifest, base_of: Callable[[str], bytes | Non
 
 
 def staged_capture(lines: StagedLines, rollout_id: str) -> StagedCapture:
-    """The parsed freeze; CaptureCorrupt when a stored snapshot cannot be read back."""
+    """The parsed freeze; CaptureCorrupt when a stored snapshot cannot be read back.
+
+    Parsed records (the file store's) bring their extras along: the capture
+    then carries every staged call's extras for the extras check.
+    """
     snapshots: list[StagedCallBaseSnapshot | None] = []
+    extras: dict[str, dict[str, Any] | None] | None = {}
     for record, line in zip(lines.manifest.records, lines.snapshots, strict=True):
         if line is None:
             snapshots.append(None)
             continue
         try:
-            snapshots.append(stored_snapshot(loads_json(line)))
+            if isinstance(line, dict):
+                base = dict(line)
+                if extras is not None:
+                    extras[record.model_call_id] = base.pop("extras", None)
+            else:
+                base, extras = loads_json(line), None
+            snapshots.append(stored_snapshot(base))
         except (ValueError, TypeError) as error:
             raise CaptureCorrupt(
                 f"staged call {record.model_call_id} of rollout {rollout_id} "
                 f"cannot be read: {error}"
             ) from None
-    return StagedCapture(manifest=lines.manifest, snapshots=tuple(snapshots))
+    return StagedCapture(manifest=lines.manifest, snapshots=tuple(snapshots), extras=extras)
 
 
 def staging_report(rows: Iterable[Mapping[str, Any]], staged_ids: Iterable[str]) -> StagingReport:

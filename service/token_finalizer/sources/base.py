@@ -45,6 +45,7 @@ __all__ = [
     "Skipped",
     "StagedExtras",
     "StagedLines",
+    "StagedSnapshotLine",
     "StagingReport",
     "StagingStore",
     "StoreAdmin",
@@ -65,13 +66,23 @@ StagedExtras: TypeAlias = dict[str, dict[str, Any] | None]
 # -- values ---------------------------------------------------------------------------
 
 
+# A staged base snapshot as a store freezes it: its JSON, or its record parsed (extras kept).
+StagedSnapshotLine: TypeAlias = bytes | dict[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class StagedLines:
     """A frozen staging rollout as stored: its manifest and, per manifest record in order,
-    the staged call's base snapshot as JSON (no extras), None when it was never staged."""
+    the staged call's base snapshot as JSON (no extras), None when it was never staged.
+
+    A store that has to parse a stored line to cut its extras off (the file
+    store) hands the parsed record on instead, `extras` key included: the
+    freeze answer then carries them, and no second read is needed for the
+    extras check (docs/staging.md#packed-columns).
+    """
 
     manifest: RolloutManifest
-    snapshots: tuple[bytes | None, ...]
+    snapshots: tuple[StagedSnapshotLine | None, ...]
 
 
 @dataclass(frozen=True, slots=True)

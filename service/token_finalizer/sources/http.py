@@ -38,6 +38,7 @@ from token_finalizer._constants import (
 )
 from token_finalizer.core.codec import (
     PromptReuse,
+    loads_exact_json,
     loads_json,
     loads_with_token_arrays,
 )
@@ -62,6 +63,24 @@ from token_finalizer_client.transport import (
 )
 
 __all__ = ["HttpTokenSource"]
+
+# Asked with every freeze (docs/staging.md#packed-columns).
+_PACKED_COLUMNS = {"columns": "packed"}
+# How a store server's freeze answer of a staging rollout starts (after the rollout id).
+_STAGED_HEAD = b'"kind":"staged"'
+_HEAD_BYTES = 512
+
+
+def _loads_freeze(data: bytes, prompts: PromptReuse) -> Any:
+    """A freeze answer parsed: token entries' id arrays by numpy, a staging rollout plainly.
+
+    A staging rollout's answer holds no entries (its columns come packed), so
+    the scan for entry arrays is skipped; either parse gives the same value.
+    """
+    if _STAGED_HEAD in data[:_HEAD_BYTES]:
+        return loads_exact_json(data, allow_non_finite=True)
+    return loads_with_token_arrays(data, prompts=prompts)
+
 
 _T = TypeVar("_T")
 # How much of an unhealthy store's reason /ready repeats.
@@ -248,7 +267,9 @@ class HttpTokenSource:
         """Freeze the rollout in the remote store and return its snapshot."""
         path = rollout_path(check_store_id(rollout_id), "freeze")
         what = f"freeze of rollout {rollout_id}"
-        answer = await self._within_deadline("POST", path, what)
+        # A staging rollout's token columns come packed: decoded by numpy here,
+        # not parsed number by number (an older store ignores the parameter).
+        answer = await self._within_deadline("POST", path, what, params=_PACKED_COLUMNS)
         self._check_status(answer, f"freeze of rollout {rollout_id}")
         if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
             # Decoding and parsing a large snapshot would stall the event loop (and
@@ -267,9 +288,7 @@ class HttpTokenSource:
     def _snapshot(self, answer: _Answer, rollout_id: str) -> Snapshot:
         what = f"the freeze answer for rollout {rollout_id}"
         prompts = PromptReuse()  # one capture: each prompt parsed by what it adds
-        body = self._parsed(
-            answer, what, lambda data: loads_with_token_arrays(data, prompts=prompts)
-        )
+        body = self._parsed(answer, what, lambda data: _loads_freeze(data, prompts))
         if not isinstance(body, dict):
             raise SourceUnavailable(f"capture store {self.url}: {what} is not a JSON object")
         if body.get("rollout_id") != rollout_id:

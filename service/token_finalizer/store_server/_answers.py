@@ -31,10 +31,17 @@ from token_finalizer._constants import (
     STORE_ENCODE_IN_THREAD_MIN_BYTES,
     STORE_ENCODE_IN_THREAD_MIN_TOKENS,
 )
+from token_finalizer.core.codec import loads_exact_json
 from token_finalizer.core.lineage_resolution import Resolution
-from token_finalizer.core.staging import LedgerResolution
+from token_finalizer.core.staging import LedgerResolution, pack_columns
 from token_finalizer.core.token_digest import token_digest
-from token_finalizer.sources.base import CaptureStore, FrozenLines, LineageQuery, StagedLines
+from token_finalizer.sources.base import (
+    CaptureStore,
+    FrozenLines,
+    LineageQuery,
+    StagedLines,
+    StagedSnapshotLine,
+)
 from token_finalizer.store_server._requests import KnownPrefix
 from token_finalizer.web.answers import encoded_response, json_response
 
@@ -63,8 +70,35 @@ def _lines_answer(frozen: FrozenLines, accept_encoding: str | None) -> Response:
     return encoded_response(body, accept_encoding=accept_encoding)
 
 
+def _plain_snapshot(line: StagedSnapshotLine) -> bytes:
+    """A stored base snapshot as JSON (a parsed record without its extras)."""
+    if isinstance(line, bytes):
+        return line
+    return orjson.dumps({key: value for key, value in line.items() if key != "extras"})
+
+
+def _packed_snapshot(line: StagedSnapshotLine) -> bytes:
+    """A stored base snapshot with its token columns packed (docs/staging.md#packed-columns).
+
+    A parsed record (the file store's) brings its extras along as `extras`.
+    A snapshot that does not pack exactly is answered plain: the reader
+    takes either form, and judges a broken one.
+    """
+    try:
+        if isinstance(line, bytes):
+            record = loads_exact_json(line, allow_non_finite=True)
+            if not isinstance(record, dict):
+                return line
+            return orjson.dumps(pack_columns(record))
+        base = dict(line)
+        extras = base.pop("extras", None)
+        return orjson.dumps({**pack_columns(base), "extras": extras})
+    except (ValueError, TypeError, KeyError, OverflowError):
+        return _plain_snapshot(line)
+
+
 def _staged_answer(
-    frozen: FrozenLines, staged: StagedLines, accept_encoding: str | None
+    frozen: FrozenLines, staged: StagedLines, accept_encoding: str | None, packed: bool
 ) -> Response:
     """A staging rollout's freeze answer: the manifest, then each record's staged snapshot."""
     head = {
@@ -76,26 +110,42 @@ def _staged_answer(
         "entries": [],
         "manifest": staged.manifest.to_json(),
     }
-    snapshots = b",".join(line if line is not None else b"null" for line in staged.snapshots)
+    snapshots = b",".join(
+        b"null" if line is None else _packed_snapshot(line) if packed else _plain_snapshot(line)
+        for line in staged.snapshots
+    )
     pieces = [orjson.dumps(head)[:-1], b',"snapshots":[', snapshots, b"]}"]
     return encoded_response(pieces, accept_encoding=accept_encoding)
 
 
 async def freeze_answer(
-    store: CaptureStore, rollout_id: str, accept_encoding: str | None
+    store: CaptureStore,
+    rollout_id: str,
+    accept_encoding: str | None,
+    *,
+    packed_columns: bool = False,
 ) -> Response:
     """Freeze `rollout_id` in `store` and answer the snapshot (zstd when accepted).
 
     The answer is spliced from the stored lines without parsing them; a large
-    one is assembled and compressed in a worker thread.
+    one is assembled and compressed in a worker thread. With
+    `packed_columns`, a staging rollout's snapshots carry their token
+    columns packed (each stored snapshot parsed once for it).
     """
     frozen = await store.freeze_lines(rollout_id)
     staged = frozen.staged
     if staged is not None:
-        size = sum(len(line) for line in staged.snapshots if line is not None)
+        # A parsed snapshot (the file store's) counts as large: it is encoded here.
+        size = sum(
+            len(line) if isinstance(line, bytes) else STORE_ENCODE_IN_THREAD_MIN_BYTES
+            for line in staged.snapshots
+            if line is not None
+        )
         if size >= STORE_ENCODE_IN_THREAD_MIN_BYTES:
-            return await asyncio.to_thread(_staged_answer, frozen, staged, accept_encoding)
-        return _staged_answer(frozen, staged, accept_encoding)
+            return await asyncio.to_thread(
+                _staged_answer, frozen, staged, accept_encoding, packed_columns
+            )
+        return _staged_answer(frozen, staged, accept_encoding, packed_columns)
     if sum(map(len, frozen.lines)) >= STORE_ENCODE_IN_THREAD_MIN_BYTES:
         return await asyncio.to_thread(_lines_answer, frozen, accept_encoding)
     return _lines_answer(frozen, accept_encoding)

@@ -23,6 +23,7 @@ from token_finalizer_client.protocol import CAPTURE_SEGMENT
 __all__ = [
     "KnownPrefix",
     "call_entry",
+    "columns_form",
     "drop_target",
     "is_call_path",
     "known_prefix",
@@ -35,6 +36,8 @@ __all__ = [
 
 # `tokens=` of a resolve request: how the match's cumulative ids are sent.
 _TOKEN_FORMS = ("plain", "compact")
+# `columns=` of a freeze request: how a staged snapshot's token columns are sent.
+_COLUMN_FORMS = ("plain", "packed")
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -143,6 +146,14 @@ def known_prefix(body: dict[str, Any]) -> KnownPrefix | None:
     if not isinstance(digest, str) or not _HEX_DIGEST.fullmatch(digest):
         raise HttpError(422, f"known.digest must be 64 lowercase hex digits, got {digest!r:.80}")
     return KnownPrefix(length, digest)
+
+
+def columns_form(query_params: Mapping[str, str]) -> bool:
+    """Whether a freeze asks for staged token columns packed (`columns=packed`; default plain)."""
+    form = query_params.get("columns", "plain")
+    if form not in _COLUMN_FORMS:
+        raise HttpError(422, f"columns must be one of {', '.join(_COLUMN_FORMS)}, got {form!r}")
+    return form == "packed"
 
 
 def token_form(query_params: Mapping[str, str]) -> bool:

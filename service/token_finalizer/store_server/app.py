@@ -32,6 +32,7 @@ from token_finalizer.store_server._answers import freeze_answer, resolve_answer
 from token_finalizer.store_server._health import store_health
 from token_finalizer.store_server._requests import (
     call_entry,
+    columns_form,
     drop_target,
     is_call_path,
     known_prefix,
@@ -187,7 +188,9 @@ def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader)
     @app.post(PROTOCOL_PREFIX + "/freeze")
     async def freeze(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
-        return await freeze_answer(store, rollout_id, request.headers.get("accept-encoding"))
+        packed = columns_form(request.query_params)
+        accept_encoding = request.headers.get("accept-encoding")
+        return await freeze_answer(store, rollout_id, accept_encoding, packed_columns=packed)
 
     @app.post(PROTOCOL_PREFIX + "/drop")
     async def drop(rollout_id: str, request: Request) -> Response:

@@ -66,12 +66,13 @@ def _snapshot(
     *,
     rows: list[dict[str, Any]] | None = None,
     snapshots: Sequence[StagedCallBaseSnapshot | None] | None = None,
+    extras: Mapping[str, Any] | None = None,
 ) -> Snapshot:
     manifest = manifest_from_rows(ROLLOUT, chat.rows if rows is None else rows)
     if snapshots is None:
         by_id = {record.model_call_id: record.base_snapshot() for record in chat.records}
         snapshots = [by_id.get(record.model_call_id) for record in manifest.records]
-    staged = StagedCapture(manifest=manifest, snapshots=tuple(snapshots))
+    staged = StagedCapture(manifest=manifest, snapshots=tuple(snapshots), extras=extras)
     return Snapshot(ROLLOUT, (), False, "snap-1", 7, staged=staged)
 
 
@@ -165,6 +166,22 @@ async def test_extras_of_the_chain_are_read_once() -> None:
     extras = _extras(chat)
     await build_staged(_snapshot(chat), _record("c2"), extras)
     assert extras.asked == [("c1", "c2")]
+
+
+async def test_extras_the_freeze_carried_are_not_read_again() -> None:
+    """A freeze that brought every call's extras is checked with them: no extras read."""
+    chat = _chat()
+    extras = _extras(chat)
+    build = await build_staged(_snapshot(chat, extras=dict(extras.extras)), _record(), extras)
+    assert (build.mask_reason, extras.asked) == (None, [])
+
+
+async def test_extras_the_freeze_carried_are_checked_like_read_ones() -> None:
+    """Extras carried by the freeze that hash elsewhere mask the build as read ones do."""
+    chat = _chat()
+    carried = {**_extras(chat).extras, "c2": {"routed_experts": [[9, 9], [9, 9]]}}
+    build = await build_staged(_snapshot(chat, extras=carried), _record(), None)
+    assert build.mask_reason is MaskReason.EXTRAS_DIGEST_MISMATCH
 
 
 async def test_extras_that_hash_elsewhere_mask_the_build() -> None:

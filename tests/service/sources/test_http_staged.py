@@ -15,7 +15,7 @@ import pytest
 import respx
 
 from tests.support.staging_stores import Conversation
-from token_finalizer import MemoryTokenStore
+from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.core.errors import SourceUnavailable
 from token_finalizer.sources.http import HttpTokenSource
 from token_finalizer.store_server import create_store_app
@@ -41,7 +41,7 @@ async def source(backend: MemoryTokenStore) -> AsyncIterator[HttpTokenSource]:
     await opened.close()
 
 
-async def _written(backend: MemoryTokenStore) -> Conversation:
+async def _written(backend: MemoryTokenStore | FileTokenStore) -> Conversation:
     chat = Conversation(RID)
     chat.add("c1", extras={"routed_experts": [[[3, 4]]]})
     chat.add("c2")
@@ -137,3 +137,54 @@ async def test_an_extras_answer_of_another_length_is_refused() -> None:
             mock.post(path).respond(json={"extras": [], "missing": []})
             with pytest.raises(SourceUnavailable, match="one extras value"):
                 await source.fetch_extras(RID, ["c1"])
+
+
+@pytest.fixture
+async def file_source(tmp_path: Any) -> AsyncIterator[tuple[HttpTokenSource, FileTokenStore]]:
+    """An http source reaching a store server over a file store, and that store."""
+    backend = FileTokenStore(tmp_path / "capture")
+    transport = httpx.ASGITransport(app=create_store_app(backend))
+    opened = HttpTokenSource(URL, transport=transport)
+    yield opened, backend
+    await opened.close()
+    await backend.close()
+
+
+async def test_a_file_stores_freeze_carries_the_extras(
+    file_source: tuple[HttpTokenSource, FileTokenStore],
+) -> None:
+    """Over a file store the packed freeze brings every staged call's extras along."""
+    source, backend = file_source
+    await _written(backend)
+    remote, local = await source.freeze(RID), await backend.freeze(RID)
+    assert remote.staged == local.staged
+    assert remote.staged is not None and remote.staged.extras == {
+        "c1": {"routed_experts": [[[3, 4]]]},
+        "c2": None,
+    }
+
+
+async def test_a_memory_stores_freeze_leaves_the_extras_to_be_read_apart(
+    source: HttpTokenSource, backend: MemoryTokenStore
+) -> None:
+    """A store whose snapshots are stored without extras sends none: they are fetched apart."""
+    await _written(backend)
+    staged = (await source.freeze(RID)).staged
+    assert staged is not None and staged.extras is None
+
+
+async def test_the_freeze_asks_for_packed_columns_and_gets_them(
+    file_source: tuple[HttpTokenSource, FileTokenStore],
+) -> None:
+    """`columns=packed`: each snapshot is {record, columns, extras}; plain by default."""
+    _, backend = file_source
+    await _written(backend)
+    transport = httpx.ASGITransport(app=create_store_app(backend))
+    path = f"/ng-rollout/{RID}/training-token-capture/freeze"
+    async with httpx.AsyncClient(transport=transport, base_url=URL) as client:
+        packed = (await client.post(path, params={"columns": "packed"})).json()["snapshots"]
+        plain = (await client.post(path)).json()["snapshots"]
+        refused = await client.post(path, params={"columns": "zip"})
+    assert [set(item) for item in packed] == [{"record", "columns", "extras"}] * 2
+    assert all("token_ids_delta" in item and "extras" not in item for item in plain)
+    assert refused.status_code == 422 and "columns" in refused.json()["error"]

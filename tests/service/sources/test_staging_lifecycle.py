@@ -89,11 +89,14 @@ async def test_a_second_freeze_is_the_same_snapshot(store: Any, chat: Conversati
 async def test_freeze_lines_hands_back_the_stored_snapshot_json(
     store: Any, chat: Conversation
 ) -> None:
-    """The store server's path gets each record's base snapshot as JSON, unparsed."""
+    """The store server's path gets each record's base snapshot: its JSON, or parsed (file)."""
     await _write(store, chat)
     frozen = await store.freeze_lines(RID)
     assert frozen.lines == ()
-    assert [orjson.loads(line)["model_call_id"] for line in frozen.staged.snapshots] == [
+    parsed = [
+        line if isinstance(line, dict) else orjson.loads(line) for line in frozen.staged.snapshots
+    ]
+    assert [snapshot["model_call_id"] for snapshot in parsed] == [
         "c1",
         "c2",
         "c3",

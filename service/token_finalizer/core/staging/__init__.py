@@ -61,7 +61,7 @@ from token_finalizer.core.staging.manifest import (
     RolloutManifest,
     RolloutReceipt,
 )
-from token_finalizer.core.staging.packed import PACKED_COLUMNS, unpack_columns
+from token_finalizer.core.staging.packed import PACKED_COLUMNS, pack_columns, unpack_columns
 from token_finalizer.core.staging.receipt import build_receipt
 from token_finalizer.core.staging.records import (
     StagedCallBaseSnapshot,
@@ -117,6 +117,7 @@ __all__ = [
     "hash_token_parts",
     "hash_tokens",
     "manifest_from_rows",
+    "pack_columns",
     "plan_commit",
     "plan_failure",
     "resolve_ledger",

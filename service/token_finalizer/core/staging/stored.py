@@ -43,11 +43,14 @@ class StagedCapture:
 
     ``snapshots[i]`` belongs to ``manifest.records[i]`` (matched by model call
     id within the rollout); ``None`` where the store holds no staged call for
-    that record.
+    that record. ``extras``: every staged call's extras by model call id, when
+    the freeze carried them (docs/staging.md#packed-columns); None when they
+    must be read apart.
     """
 
     manifest: RolloutManifest
     snapshots: tuple[StagedCallBaseSnapshot | None, ...]
+    extras: Mapping[str, dict[str, Any] | None] | None = None
 
     def __post_init__(self) -> None:
         if len(self.snapshots) != len(self.manifest.records):

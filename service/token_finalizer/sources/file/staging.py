@@ -328,11 +328,20 @@ class FileStaging:
         line = file_line(record, checked_attachments(attachments))
         return await asyncio.to_thread(self._stage, record, line)
 
-    def _staged_json(self, files: CaptureFiles, current: _Read, call_id: str) -> bytes | None:
+    def _staged_record(
+        self, files: CaptureFiles, current: _Read, call_id: str
+    ) -> dict[str, Any] | None:
+        """The call's staged record, parsed, its `extras` included; None when not staged."""
         slot = current.staged.get(call_id)
         if slot is None:
             return None
         record, _ = parse_file_line(_line(files, slot), files.staged.name)
+        return record
+
+    def _staged_json(self, files: CaptureFiles, current: _Read, call_id: str) -> bytes | None:
+        record = self._staged_record(files, current, call_id)
+        if record is None:
+            return None
         record.pop("extras", None)
         return orjson.dumps(record)
 
@@ -389,7 +398,7 @@ class FileStaging:
         """The manifest and each record's staged base JSON (lock held)."""
         current = self._current(files, rollout_id)
         manifest = self._manifest(files, current, rollout_id)
-        return staged_lines(manifest, lambda call_id: self._staged_json(files, current, call_id))
+        return staged_lines(manifest, lambda call_id: self._staged_record(files, current, call_id))
 
     def report(self, files: CaptureFiles, rollout_id: str) -> StagingReport:
         """What `store inspect` shows (lock held)."""

@@ -13,6 +13,7 @@ from token_finalizer.core.staging import (
     PACKED_COLUMNS,
     StagedCallRecord,
     StagingRecordError,
+    pack_columns,
     unpack_columns,
 )
 
@@ -83,3 +84,44 @@ def test_a_non_finite_packed_value_is_refused_by_the_record() -> None:
     columns["generation_log_probs_delta"] = base64.b64encode(values.tobytes()).decode()
     with pytest.raises(StagingRecordError, match="finite"):
         StagedCallRecord.from_json(unpack_columns(rest, columns))
+
+
+def test_pack_columns_is_the_inverse_of_unpack_columns() -> None:
+    """A record packed for a freeze answer unpacks into the record it was."""
+    record = _record()
+    packed = pack_columns(record)
+    assert set(packed) == {"record", "columns"} and set(packed["columns"]) == set(PACKED_COLUMNS)
+    unpacked = unpack_columns(packed["record"], packed["columns"])
+    assert StagedCallRecord.from_json(unpacked) == StagedCallRecord.from_json(record)
+
+
+def test_integer_masks_pack_as_exact_floats() -> None:
+    """A stored mask of 0 and 1 integers packs as the float64 image of 0.0 and 1.0."""
+    record = {**_record(), "token_mask_delta": [0, 1, 1]}
+    image = base64.b64decode(pack_columns(record)["columns"]["token_mask_delta"])
+    assert np.frombuffer(image, dtype=">f8").tolist() == [0.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("column", "values"),
+    [
+        ("token_ids_delta", [1.0, 2.0]),
+        ("token_ids_delta", [-1, 2]),
+        ("token_ids_delta", [[1], [2]]),
+        ("token_ids_delta", [1, "2"]),
+        ("generation_log_probs_delta", ["x"]),
+    ],
+    ids=["float-ids", "negative-id", "nested", "text-id", "text-log-prob"],
+)
+def test_a_column_that_would_not_pack_exactly_is_refused(column: str, values: list[Any]) -> None:
+    """Floats as ids, negative ids, nesting or text: ValueError, never a wrapped value."""
+    with pytest.raises(ValueError, match=r"pack exactly|negative id"):
+        pack_columns({**_record(), column: values})
+
+
+def test_a_record_without_a_column_is_refused() -> None:
+    """Every packed column must be there."""
+    record = _record()
+    del record["token_mask_delta"]
+    with pytest.raises(KeyError):
+        pack_columns(record)
