@@ -35,12 +35,21 @@ from token_finalizer.core.staging import (
     StagingRecordError,
     commit_row,
     failure_row,
+    pack_columns,
     stored_snapshot,
+    unpack_columns,
 )
-from token_finalizer.sources.base import Attachment, StagedLines, StagedSnapshotLine, StagingReport
+from token_finalizer.sources.base import (
+    Attachment,
+    ParsedStagedCall,
+    StagedLines,
+    StagedSnapshotLine,
+    StagingReport,
+)
 
 __all__ = [
     "base_json",
+    "base_json_of",
     "checked_attachments",
     "checked_failure_row",
     "checked_ledger_row",
@@ -49,6 +58,8 @@ __all__ = [
     "file_line",
     "ledger_line",
     "parse_file_line",
+    "parse_staged_call",
+    "same_staged_line",
     "staged_ancestors",
     "staged_capture",
     "staged_lines",
@@ -241,26 +252,95 @@ def extras_json(record: StagedCallRecord, attachments: Mapping[str, Attachment] 
 
 
 def file_line(record: StagedCallRecord, attachments: Mapping[str, Attachment] | None) -> bytes:
-    """The file store's line: `{"attachments": ..., "record": <StagedCallRecord>}`, sorted keys."""
+    """The file store's line, sorted keys: `{"attachments", "columns", "record"}`.
+
+    The token columns are stored packed (docs/staging.md#storage), as a stage
+    request sends them; a record whose columns would not pack exactly is
+    stored whole, `{"attachments", "record"}`, as lines of 0.3.0 are.
+    """
+    data = record.to_json(native_columns=True)
+    try:
+        packed = pack_columns(data)
+    except (ValueError, TypeError, KeyError, OverflowError):
+        return _dumps_sorted({"attachments": attachments, "record": data})
     return _dumps_sorted(
-        {"attachments": attachments, "record": record.to_json(native_columns=True)}
+        {"attachments": attachments, "columns": packed["columns"], "record": packed["record"]}
     )
 
 
-def parse_file_line(line: bytes, where: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(record JSON, attachments) of a file store line; CaptureCorrupt naming `where`."""
+def _corrupt(where: str, error: Exception) -> CaptureCorrupt:
+    return CaptureCorrupt(f"{where}: unreadable staged call ({type(error).__name__}: {error})")
+
+
+def _read_line(
+    line: bytes, where: str
+) -> tuple[dict[str, Any], dict[str, str] | None, dict[str, Any] | None]:
+    """(record, packed columns or None, attachments) of a file store line, as stored."""
     try:
         data = loads_json(line)
         record, attachments = data["record"], data["attachments"]
+        columns = data.get("columns")
         if not isinstance(record, dict) or not (
             attachments is None or isinstance(attachments, dict)
         ):
             raise TypeError("record must be an object, attachments an object or null")
+        if columns is not None and not isinstance(columns, dict):
+            raise TypeError("columns must be an object")
     except (ValueError, TypeError, KeyError) as error:
-        raise CaptureCorrupt(
-            f"{where}: unreadable staged call ({type(error).__name__}: {error})"
-        ) from None
+        raise _corrupt(where, error) from None
+    return record, columns, attachments
+
+
+def _native(record: dict[str, Any], columns: dict[str, str], where: str) -> dict[str, Any]:
+    """`record` with its packed columns decoded into native-endian arrays (orjson writes those)."""
+    try:
+        return unpack_columns(record, columns, native=True)
+    except StagingRecordError as error:
+        raise _corrupt(where, error) from None
+
+
+def parse_file_line(
+    line: bytes, where: str, *, columns: bool = True
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(record JSON, attachments) of a file store line; CaptureCorrupt naming `where`.
+
+    Packed columns come back as native-endian arrays; with `columns=False`
+    (a reader of ids, extras or attachments only) a packed record is
+    returned without them.
+    """
+    record, packed, attachments = _read_line(line, where)
+    if packed is not None and columns:
+        record = _native(record, packed, where)
     return record, attachments
+
+
+def parse_staged_call(line: bytes, where: str) -> ParsedStagedCall:
+    """A file store line as the freeze hands it on: record, extras, columns still packed."""
+    record, packed, _ = _read_line(line, where)
+    extras = record.pop("extras", None)
+    # The images are decoded (and checked) by whoever reads the call: the finalizer,
+    # or `ParsedStagedCall.base()` for a plain answer; not twice.
+    return ParsedStagedCall(record, extras, packed)
+
+
+def base_json_of(record: Mapping[str, Any]) -> bytes:
+    """A parsed base snapshot (columns as lists or arrays) as its JSON."""
+    return orjson.dumps(record, option=_NUMPY)
+
+
+def same_staged_line(stored: bytes, line: bytes, where: str) -> bool:
+    """Whether two lines hold the same call and attachments, whichever form each is in.
+
+    A call staged before the columns were stored packed, staged again after
+    it, is an identical replay, not a conflict.
+    """
+    if stored == line:
+        return True
+    (old, old_attachments), (new, new_attachments) = (
+        parse_file_line(stored, where),
+        parse_file_line(line, where),
+    )
+    return old_attachments == new_attachments and _dumps_sorted(old) == _dumps_sorted(new)
 
 
 def staged_ancestors(
@@ -311,10 +391,10 @@ def staged_capture(lines: StagedLines, rollout_id: str) -> StagedCapture:
             snapshots.append(None)
             continue
         try:
-            if isinstance(line, dict):
-                base = dict(line)
+            if isinstance(line, ParsedStagedCall):
+                base = line.base()
                 if extras is not None:
-                    extras[record.model_call_id] = base.pop("extras", None)
+                    extras[record.model_call_id] = line.extras
             else:
                 base, extras = loads_json(line), None
             snapshots.append(stored_snapshot(base))

@@ -31,6 +31,8 @@ from token_finalizer.core.staging import (
     LedgerResolution,
     RolloutManifest,
     StagedCallRecord,
+    pack_columns,
+    unpack_columns,
 )
 from token_finalizer.sources._state import CaptureState
 
@@ -42,6 +44,7 @@ __all__ = [
     "CaptureStore",
     "FrozenLines",
     "LineageQuery",
+    "ParsedStagedCall",
     "Skipped",
     "StagedExtras",
     "StagedLines",
@@ -66,8 +69,35 @@ StagedExtras: TypeAlias = dict[str, dict[str, Any] | None]
 # -- values ---------------------------------------------------------------------------
 
 
-# A staged base snapshot as a store freezes it: its JSON, or its record parsed (extras kept).
-StagedSnapshotLine: TypeAlias = bytes | dict[str, Any]
+@dataclass(frozen=True, slots=True)
+class ParsedStagedCall:
+    """A staged call as a store parsed it from its line (docs/staging.md#storage).
+
+    `record`: the stored record without its extras, and without its token
+    columns when those were stored packed; `columns`: those packed columns
+    (base64 images, as a stage request sends them), else None; `extras`:
+    the call's extras as stored.
+    """
+
+    record: dict[str, Any]
+    extras: dict[str, Any] | None
+    columns: dict[str, str] | None = None
+
+    def base(self) -> dict[str, Any]:
+        """The base snapshot's JSON form, packed columns as native-endian arrays."""
+        if self.columns is None:
+            return self.record
+        return unpack_columns(self.record, self.columns, native=True)
+
+    def packed(self) -> dict[str, Any]:
+        """`{"record", "columns", "extras"}`, the packed freeze form; ValueError if it cannot be."""
+        if self.columns is None:
+            return {**pack_columns(self.record), "extras": self.extras}
+        return {"record": self.record, "columns": self.columns, "extras": self.extras}
+
+
+# A staged base snapshot as a store freezes it: its JSON, or the call as the store parsed it.
+StagedSnapshotLine: TypeAlias = bytes | ParsedStagedCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +106,9 @@ class StagedLines:
     the staged call's base snapshot as JSON (no extras), None when it was never staged.
 
     A store that has to parse a stored line to cut its extras off (the file
-    store) hands the parsed record on instead, `extras` key included: the
-    freeze answer then carries them, and no second read is needed for the
-    extras check (docs/staging.md#packed-columns).
+    store) hands the parsed call on instead, extras included: the freeze
+    answer then carries them, and no second read is needed for the extras
+    check (docs/staging.md#packed-columns).
     """
 
     manifest: RolloutManifest

@@ -32,13 +32,15 @@ from token_finalizer._constants import (
     STORE_ENCODE_IN_THREAD_MIN_TOKENS,
 )
 from token_finalizer.core.codec import loads_exact_json
+from token_finalizer.core.errors import CaptureCorrupt
 from token_finalizer.core.lineage_resolution import Resolution
-from token_finalizer.core.staging import LedgerResolution, pack_columns
+from token_finalizer.core.staging import LedgerResolution, StagingRecordError, pack_columns
 from token_finalizer.core.token_digest import token_digest
 from token_finalizer.sources.base import (
     CaptureStore,
     FrozenLines,
     LineageQuery,
+    ParsedStagedCall,
     StagedLines,
     StagedSnapshotLine,
 )
@@ -71,28 +73,32 @@ def _lines_answer(frozen: FrozenLines, accept_encoding: str | None) -> Response:
 
 
 def _plain_snapshot(line: StagedSnapshotLine) -> bytes:
-    """A stored base snapshot as JSON (a parsed record without its extras)."""
+    """A stored base snapshot as JSON (a parsed call: its base, without extras)."""
     if isinstance(line, bytes):
         return line
-    return orjson.dumps({key: value for key, value in line.items() if key != "extras"})
+    try:
+        base = line.base()
+    except StagingRecordError as error:  # torn packed columns
+        where = f"staged call {line.record.get('model_call_id')!r}"
+        raise CaptureCorrupt(f"{where}: unreadable token columns ({error})") from None
+    return orjson.dumps(base, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def _packed_snapshot(line: StagedSnapshotLine) -> bytes:
     """A stored base snapshot with its token columns packed (docs/staging.md#packed-columns).
 
-    A parsed record (the file store's) brings its extras along as `extras`.
-    A snapshot that does not pack exactly is answered plain: the reader
-    takes either form, and judges a broken one.
+    A parsed call (the file store's) brings its extras along as `extras`,
+    and columns stored packed go out as they are. A snapshot that does not
+    pack exactly is answered plain: the reader takes either form, and judges
+    a broken one.
     """
     try:
-        if isinstance(line, bytes):
-            record = loads_exact_json(line, allow_non_finite=True)
-            if not isinstance(record, dict):
-                return line
-            return orjson.dumps(pack_columns(record))
-        base = dict(line)
-        extras = base.pop("extras", None)
-        return orjson.dumps({**pack_columns(base), "extras": extras})
+        if isinstance(line, ParsedStagedCall):
+            return orjson.dumps(line.packed(), option=orjson.OPT_SERIALIZE_NUMPY)
+        record = loads_exact_json(line, allow_non_finite=True)
+        if not isinstance(record, dict):
+            return line
+        return orjson.dumps(pack_columns(record))
     except (ValueError, TypeError, KeyError, OverflowError):
         return _plain_snapshot(line)
 
@@ -115,7 +121,10 @@ def _staged_answer(
         for line in staged.snapshots
     )
     pieces = [orjson.dumps(head)[:-1], b',"snapshots":[', snapshots, b"]}"]
-    return encoded_response(pieces, accept_encoding=accept_encoding)
+    # Packed columns go as they are, like compact resolve answers: base64 of
+    # fixed-width images, which zstd would spend more time on (some 20 ms for
+    # a 400-call rollout) than a loopback or LAN hop takes to carry them.
+    return encoded_response(pieces, accept_encoding=None if packed else accept_encoding)
 
 
 async def freeze_answer(

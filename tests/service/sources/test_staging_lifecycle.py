@@ -15,6 +15,7 @@ from tests.support.captures import make_entry
 from tests.support.staging_stores import Conversation
 from tests.support.stores import swept_captures
 from token_finalizer.core.errors import CaptureConflict, CaptureFrozen, CaptureRetired
+from token_finalizer.sources.base import ParsedStagedCall
 
 pytestmark = pytest.mark.anyio
 
@@ -89,12 +90,13 @@ async def test_a_second_freeze_is_the_same_snapshot(store: Any, chat: Conversati
 async def test_freeze_lines_hands_back_the_stored_snapshot_json(
     store: Any, chat: Conversation
 ) -> None:
-    """The store server's path gets each record's base snapshot: its JSON, or parsed (file)."""
+    """The store server's path gets each record's base snapshot: its JSON, or the parsed call."""
     await _write(store, chat)
     frozen = await store.freeze_lines(RID)
     assert frozen.lines == ()
     parsed = [
-        line if isinstance(line, dict) else orjson.loads(line) for line in frozen.staged.snapshots
+        line.base() if isinstance(line, ParsedStagedCall) else orjson.loads(line)
+        for line in frozen.staged.snapshots
     ]
     assert [snapshot["model_call_id"] for snapshot in parsed] == [
         "c1",

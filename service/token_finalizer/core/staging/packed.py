@@ -42,11 +42,12 @@ def _fail(field: str, problem: str) -> StagingRecordError:
     return StagingRecordError(_TYPE, field, problem)
 
 
-def unpack_columns(record: object, columns: object) -> dict[str, Any]:
+def unpack_columns(record: object, columns: object, *, native: bool = False) -> dict[str, Any]:
     """``record`` (the wire form without its columns) with ``columns`` decoded into it.
 
-    The arrays are read-only views of the decoded images; the record's own
-    validation then checks them as it checks lists. A malformed ``columns``
+    The arrays are read-only views of the decoded images (``native``: copies
+    in the machine's byte order, which orjson's numpy mode writes); the
+    record's own validation then checks them as it checks lists. A malformed ``columns``
     (not every packed column, not base64, an image that is not whole
     8-byte values) or a record that also carries a column raises
     ``StagingRecordError``.
@@ -69,7 +70,8 @@ def unpack_columns(record: object, columns: object) -> dict[str, Any]:
             raise _fail(name, f"the packed column is not base64: {error}") from None
         if len(image) % dtype.itemsize:
             raise _fail(name, f"the packed column is {len(image)} bytes, not whole 8-byte values")
-        unpacked[name] = np.frombuffer(image, dtype=dtype)
+        array = np.frombuffer(image, dtype=dtype)
+        unpacked[name] = array.astype(dtype.newbyteorder("=")) if native else array
     return unpacked
 
 

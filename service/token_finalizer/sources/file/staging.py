@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
 from token_finalizer._constants import STAGING_INDEX_MAX_ROLLOUTS
 from token_finalizer.core.codec import loads_json
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt
@@ -46,12 +44,15 @@ from token_finalizer.core.staging import (
     stored_snapshot,
 )
 from token_finalizer.sources._staging import (
+    base_json_of,
     checked_attachments,
     checked_failure_row,
     checked_ledger_row,
     file_line,
     ledger_line,
     parse_file_line,
+    parse_staged_call,
+    same_staged_line,
     staged_ancestors,
     staged_lines,
     staging_refused,
@@ -62,6 +63,7 @@ from token_finalizer.sources._state import CaptureState
 from token_finalizer.sources.base import (
     Attachment,
     LineageQuery,
+    ParsedStagedCall,
     StagedExtras,
     StagedLines,
     StagingReport,
@@ -285,7 +287,7 @@ class FileStaging:
 
         def write(files: CaptureFiles, current: _Read) -> bool:
             slot = current.staged.get(call_id)
-            if slot is not None and _line(files, slot) == line:
+            if slot is not None and same_staged_line(_line(files, slot), line, files.staged.name):
                 return False
             ancestors: list[StagedCallBaseSnapshot] = []
             if record.parent_call_id is not None:
@@ -328,22 +330,22 @@ class FileStaging:
         line = file_line(record, checked_attachments(attachments))
         return await asyncio.to_thread(self._stage, record, line)
 
-    def _staged_record(
+    def _staged_call(
         self, files: CaptureFiles, current: _Read, call_id: str
-    ) -> dict[str, Any] | None:
-        """The call's staged record, parsed, its `extras` included; None when not staged."""
+    ) -> ParsedStagedCall | None:
+        """The call as staged, parsed (its columns as stored); None when not staged."""
+        slot = current.staged.get(call_id)
+        if slot is None:
+            return None
+        return parse_staged_call(_line(files, slot), files.staged.name)
+
+    def _staged_json(self, files: CaptureFiles, current: _Read, call_id: str) -> bytes | None:
         slot = current.staged.get(call_id)
         if slot is None:
             return None
         record, _ = parse_file_line(_line(files, slot), files.staged.name)
-        return record
-
-    def _staged_json(self, files: CaptureFiles, current: _Read, call_id: str) -> bytes | None:
-        record = self._staged_record(files, current, call_id)
-        if record is None:
-            return None
         record.pop("extras", None)
-        return orjson.dumps(record)
+        return base_json_of(record)
 
     async def fetch_staged(
         self, rollout_id: str, call_ids: Sequence[str]
@@ -366,7 +368,8 @@ class FileStaging:
             for call_id in call_ids:
                 slot = current.staged.get(call_id)
                 if slot is not None:
-                    record, _ = parse_file_line(_line(files, slot), files.staged.name)
+                    line = _line(files, slot)
+                    record, _ = parse_file_line(line, files.staged.name, columns=False)
                     found[call_id] = record.get("extras")
             return found
 
@@ -382,7 +385,7 @@ class FileStaging:
             slot = current.staged.get(model_call_id)
             if slot is None:
                 return None
-            _, attachments = parse_file_line(_line(files, slot), files.staged.name)
+            _, attachments = parse_file_line(_line(files, slot), files.staged.name, columns=False)
             return dict(attachments or {})
 
         return await asyncio.to_thread(self._reading, rollout_id, fetch, None)
@@ -398,7 +401,7 @@ class FileStaging:
         """The manifest and each record's staged base JSON (lock held)."""
         current = self._current(files, rollout_id)
         manifest = self._manifest(files, current, rollout_id)
-        return staged_lines(manifest, lambda call_id: self._staged_record(files, current, call_id))
+        return staged_lines(manifest, lambda call_id: self._staged_call(files, current, call_id))
 
     def report(self, files: CaptureFiles, rollout_id: str) -> StagingReport:
         """What `store inspect` shows (lock held)."""
@@ -426,7 +429,7 @@ def _row(files: CaptureFiles, line: bytes, offset: int) -> dict[str, Any]:
 
 def _slot(files: CaptureFiles, line: bytes, offset: int) -> tuple[str, _Slot]:
     where = f"{files.staged.name} at byte {offset}"
-    record, _ = parse_file_line(line, where)
+    record, _ = parse_file_line(line, where, columns=False)
     call_id, digest, parent = (
         record.get("model_call_id"),
         record.get("digest"),
