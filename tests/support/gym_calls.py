@@ -20,7 +20,7 @@ from token_finalizer_client.protocol import (
     conversation_digest,
 )
 
-__all__ = ["Conversation", "assistant_says", "committed_call", "user_says"]
+__all__ = ["Conversation", "assistant_says", "committed_call", "two_turns", "user_says"]
 
 
 def user_says(text: str) -> dict[str, Any]:
@@ -126,3 +126,19 @@ class Conversation:
         self.cumulative[model_call_id] = [*parent, *new_prompt, *generation]
         self.items = [*self.items, *output, *([user_says(then)] if then else [])]
         return entry
+
+
+def two_turns() -> tuple[Conversation, dict[str, Any], dict[str, Any]]:
+    """Rollout r1's two calls, the second a delta after the first (cumulative ids
+    101, 102, 103, 201, 202, then 301, 302, 401); the talk's items ask for a third."""
+    talk = Conversation("r1")
+    first = talk.call("call-1", "It is sunny.", new_prompt=[101, 102, 103], generation=[201, 202])
+    second = talk.call(
+        "call-2",
+        "Rain tomorrow.",
+        new_prompt=[301, 302],
+        generation=[401],
+        parent_call_id="call-1",
+        delta=True,
+    )
+    return talk, first, second

@@ -17,7 +17,13 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support.gym_calls import Conversation, assistant_says, committed_call, user_says
+from tests.support.gym_calls import (
+    Conversation,
+    assistant_says,
+    committed_call,
+    two_turns,
+    user_says,
+)
 from tests.support.redis import redis_url as find_redis_url
 from tests.support.redis import unique_prefix
 from tests.support.vectors import case_ids, load_vectors
@@ -109,21 +115,6 @@ async def _commit(store: Any, *entries: dict[str, Any]) -> None:
         await store.put(entry)
 
 
-def _two_turns() -> tuple[Conversation, dict[str, Any], dict[str, Any]]:
-    """A rollout of two calls, the second a delta after the first; `items` asks for a third."""
-    talk = Conversation("r1")
-    first = talk.call("call-1", "It is sunny.", new_prompt=[101, 102, 103], generation=[201, 202])
-    second = talk.call(
-        "call-2",
-        "Rain tomorrow.",
-        new_prompt=[301, 302],
-        generation=[401],
-        parent_call_id="call-1",
-        delta=True,
-    )
-    return talk, first, second
-
-
 # -- the statuses ----------------------------------------------------------------------------
 
 
@@ -156,7 +147,7 @@ async def test_match_over_entries_skips_the_ledger_lookup(
     async def no_ledger(*_: object) -> None:
         raise AssertionError("the ledger was asked although the entries matched")
 
-    talk, first, second = _two_turns()
+    talk, first, second = two_turns()
     await _commit(store, first, second)
     monkeypatch.setattr(store, "resolve_ledger", no_ledger)
     resolution = await resolver.resolve("r1", [*talk.items, user_says("More?")])
@@ -166,7 +157,7 @@ async def test_match_over_entries_skips_the_ledger_lookup(
 
 async def test_delta_chain_is_materialized(store: Any, resolver: HttpLineageResolver) -> None:
     """A call stored as a delta resolves with its parent's ids in front of its own."""
-    talk, first, second = _two_turns()
+    talk, first, second = two_turns()
     await _commit(store, first, second)
     resolution = await resolver.resolve("r1", talk.items)
     assert resolution.match is not None and resolution.match.model_call_id == "call-2"
@@ -176,7 +167,7 @@ async def test_delta_chain_is_materialized(store: Any, resolver: HttpLineageReso
 
 async def test_unknown_history_is_no_match(store: Any, resolver: HttpLineageResolver) -> None:
     """An assistant turn no committed call wrote leaves the request unresolved: no_match."""
-    _, first, second = _two_turns()
+    _, first, second = two_turns()
     await _commit(store, first, second)
     items = [user_says("Weather in Paris?"), assistant_says("Snow."), user_says("go on")]
     resolution = await resolver.resolve("r1", items)
@@ -265,7 +256,7 @@ async def test_resolving_does_not_freeze_the_rollout(
     store: Any, resolver: HttpLineageResolver
 ) -> None:
     """After a resolve the rollout still takes puts (resolution is read-only)."""
-    talk, first, second = _two_turns()
+    talk, first, second = two_turns()
     await _commit(store, first)
     await resolver.resolve("r1", talk.items)
     await _commit(store, second)
@@ -275,7 +266,7 @@ async def test_resolving_does_not_freeze_the_rollout(
 
 async def test_frozen_rollout_still_resolves(store: Any, resolver: HttpLineageResolver) -> None:
     """A frozen (not retired) rollout resolves over its entries."""
-    talk, first, second = _two_turns()
+    talk, first, second = two_turns()
     await _commit(store, first, second)
     await store.freeze("r1")
     assert (await resolver.resolve("r1", talk.items)).status == "resolved"
@@ -285,7 +276,7 @@ async def test_retired_rollout_resolves_over_no_entries(
     store: Any, resolver: HttpLineageResolver
 ) -> None:
     """Once the snapshot was dropped, the same request is unresolved: no_match."""
-    talk, first, second = _two_turns()
+    talk, first, second = two_turns()
     await _commit(store, first, second)
     snapshot = await store.freeze("r1")
     assert await store.drop("r1", snapshot_id=snapshot.snapshot_id, version=snapshot.version)
@@ -361,7 +352,7 @@ async def test_compact_match_carries_the_ids_as_little_endian_u32(
     store: Any, wire: httpx.AsyncClient
 ) -> None:
     """With tokens=compact the match holds `cumulative_tokens` (u32le, base64), not the list."""
-    talk, first, second = _two_turns()
+    talk, first, second = two_turns()
     await _commit(store, first, second)
     answer = (
         await wire.post(RESOLVE.format("r1") + "?tokens=compact", json=_wire_body(talk.items))
@@ -388,7 +379,7 @@ async def test_compact_match_widens_to_u64_for_ids_past_u32(
 
 async def test_plain_form_is_the_default(store: Any, wire: httpx.AsyncClient) -> None:
     """Without the parameter (or with tokens=plain) the match lists `cumulative_token_ids`."""
-    talk, first, _ = _two_turns()
+    talk, first, _ = two_turns()
     await _commit(store, first)
     for suffix in ("", "?tokens=plain"):
         answer = (

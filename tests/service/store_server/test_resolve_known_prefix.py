@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support.gym_calls import Conversation
+from tests.support.gym_calls import two_turns
 from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.core.token_digest import token_digest
 from token_finalizer.store_server import create_store_app
@@ -62,20 +62,9 @@ class Store:
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """r1 holds two calls, the second a delta after the first (cumulative ids `WHOLE`)."""
     opened = MemoryTokenStore() if request.param == "memory" else FileTokenStore(tmp_path / "c")
-    talk = Conversation("r1")
-    await opened.put(
-        talk.call("call-1", "Sunny.", new_prompt=[101, 102, 103], generation=[201, 202])
-    )
-    await opened.put(
-        talk.call(
-            "call-2",
-            "Rain.",
-            new_prompt=[301, 302],
-            generation=[401],
-            parent_call_id="call-1",
-            delta=True,
-        )
-    )
+    talk, first, second = two_turns()
+    await opened.put(first)
+    await opened.put(second)
     transport = httpx.ASGITransport(app=create_store_app(opened))
     async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
         yield Store(client, talk.items)
