@@ -91,6 +91,8 @@ class AioPool:
             connector=connector,
             headers=self._headers,
             auto_decompress=False,  # bodies are decoded under the limit (`_decoding`)
+            # HTTP(S)_PROXY, NO_PROXY and .netrc count, as they do for httpx's pools.
+            trust_env=True,
             timeout=aiohttp.ClientTimeout(
                 sock_connect=self._timeout.connect, sock_read=self._timeout.read
             ),

@@ -211,6 +211,9 @@ STORE_ENCODE_IN_THREAD_MIN_TOKENS = 200_000
 # ... and answers spliced from stored lines of at least this many bytes are
 # assembled and compressed there too.
 STORE_ENCODE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# Resolve answers the store server remembers (by rollout and digest, weakly) to
+# take a client's known prefix without hashing it (docs/store-protocol.md#known-prefix).
+STORE_ANSWERED_IDS = 4096
 # A redis put validates and serializes an entry of fewer tokens than this on the
 # event loop: a worker-thread hop costs more than the work for a delta prompt.
 STORE_PREPARE_IN_THREAD_MIN_TOKENS = 8192

@@ -202,3 +202,17 @@ async def test_closing_twice_is_fine(canned: tuple[HostileServer, str]) -> None:
     await pool.exchange(WireRequest("GET", "/health"), LIMITS, None)
     await pool.aclose()
     await pool.aclose()
+
+
+async def test_the_environments_proxy_is_used_as_httpx_would(
+    canned: tuple[HostileServer, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY routes a store call through the proxy, as for httpx's pools."""
+    proxy, proxy_url = canned
+    monkeypatch.setenv("HTTP_PROXY", proxy_url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    pool = _pool("http://store.invalid:8100")
+    await pool.exchange(WireRequest("GET", "/health"), LIMITS, None)
+    await pool.aclose()
+    assert proxy.requests == ["GET http://store.invalid:8100/health"]

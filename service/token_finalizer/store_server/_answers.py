@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,6 @@ from token_finalizer.core.codec import loads_exact_json
 from token_finalizer.core.errors import CaptureCorrupt
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.staging import LedgerResolution, StagingRecordError, pack_columns
-from token_finalizer.core.token_digest import token_digest
 from token_finalizer.sources.base import (
     CaptureStore,
     FrozenLines,
@@ -44,6 +44,7 @@ from token_finalizer.sources.base import (
     StagedLines,
     StagedSnapshotLine,
 )
+from token_finalizer.store_server._known_prefix import AnsweredIds
 from token_finalizer.store_server._requests import KnownPrefix
 from token_finalizer.web.answers import encoded_response, json_response
 
@@ -174,29 +175,21 @@ def compact_ids(ids: npt.NDArray[np.integer[Any]]) -> dict[str, Any]:
     }
 
 
-def _known_length(ids: npt.NDArray[np.integer[Any]], known: KnownPrefix | None) -> int | None:
-    """How many leading ids the client holds: `known`'s length once its digest is checked."""
-    if known is None or known.length > len(ids):
-        return None
-    return known.length if token_digest(ids[: known.length]) == known.digest else None
-
-
-def _compact_tokens(ids: npt.NDArray[np.integer[Any]], known: KnownPrefix | None) -> dict[str, Any]:
-    offset = _known_length(ids, known)
+def _compact_tokens(ids: npt.NDArray[np.integer[Any]], offset: int | None) -> dict[str, Any]:
     if offset is None:
         return compact_ids(ids)
     return {**compact_ids(ids[offset:]), "offset": offset}
 
 
 def _resolution_payload(
-    resolution: Resolution, *, compact: bool, known: KnownPrefix | None
+    resolution: Resolution, *, compact: bool, offset: int | None
 ) -> dict[str, Any]:
     match = resolution.match
     if match is None:
         return {"status": resolution.status, "reason": resolution.reason, "match": None}
     ids = match.cumulative_token_ids
     tokens: dict[str, Any] = (
-        {"cumulative_tokens": _compact_tokens(ids, known)}
+        {"cumulative_tokens": _compact_tokens(ids, offset)}
         if compact
         else {"cumulative_token_ids": ids}
     )
@@ -222,13 +215,18 @@ def _ledger_payload(resolution: LedgerResolution) -> dict[str, Any]:
 
 
 def _encoded(
-    resolution: Resolution, compact: bool, known: KnownPrefix | None, accept_encoding: str | None
+    resolution: Resolution,
+    compact: bool,
+    offset: Callable[[npt.NDArray[np.integer[Any]]], int | None],
+    accept_encoding: str | None,
 ) -> Response:
     # The compact ids are already dense (base64 of fixed-width integers): zstd
     # would spend about a millisecond per answer on the model server's hot path
     # to save a few percent of bytes on a loopback or LAN hop, so they go as they are.
+    match = resolution.match
+    known = None if match is None or not compact else offset(match.cumulative_token_ids)
     return json_response(
-        _resolution_payload(resolution, compact=compact, known=known),
+        _resolution_payload(resolution, compact=compact, offset=known),
         accept_encoding=None if compact else accept_encoding,
     )
 
@@ -241,15 +239,18 @@ async def resolve_answer(
     *,
     compact: bool = False,
     known: KnownPrefix | None = None,
+    answered: AnsweredIds | None = None,
 ) -> Response:
     """Resolve `query` over the rollout's committed calls, read without freezing.
 
     A rollout still being written resolves over what its writers were told is
     stored. With `compact`, the match carries `cumulative_tokens` instead of
     `cumulative_token_ids` (only the ids after `known`, when those are a
-    prefix of the match's). An answer carrying many token ids is encoded in a
-    worker thread. A staging rollout resolves over its ledger rows.
+    prefix of the match's; `answered` remembers what was answered, to take a
+    known prefix without hashing it). An answer carrying many token ids is
+    encoded in a worker thread. A staging rollout resolves over its ledger rows.
     """
+    answered = answered if answered is not None else AnsweredIds(capacity=0)
     resolution = await store.resolve_lineage(rollout_id, query)
     match = resolution.match
     if match is None:
@@ -260,6 +261,12 @@ async def resolve_answer(
         ledger = await store.resolve_ledger(rollout_id, query)
         if ledger is not None:
             return json_response(_ledger_payload(ledger), accept_encoding=accept_encoding)
+
+    def offset(ids: npt.NDArray[np.integer[Any]]) -> int | None:
+        return answered.known_length(rollout_id, ids, known)
+
+    if match is not None:
+        answered.remember(rollout_id, match.digest, match.cumulative_token_ids)
     if match is not None and len(match.cumulative_token_ids) >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
-        return await asyncio.to_thread(_encoded, resolution, compact, known, accept_encoding)
-    return _encoded(resolution, compact, known, accept_encoding)
+        return await asyncio.to_thread(_encoded, resolution, compact, offset, accept_encoding)
+    return _encoded(resolution, compact, offset, accept_encoding)

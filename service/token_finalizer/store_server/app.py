@@ -30,6 +30,7 @@ from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.sources.base import CaptureStore
 from token_finalizer.store_server._answers import freeze_answer, resolve_answer
 from token_finalizer.store_server._health import store_health
+from token_finalizer.store_server._known_prefix import AnsweredIds
 from token_finalizer.store_server._requests import (
     call_entry,
     columns_form,
@@ -219,6 +220,8 @@ def _install_hot_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> 
     handlers are the same as every route's (docs/architecture.md#round-trips).
     """
 
+    answered = AnsweredIds()  # docs/store-protocol.md#known-prefix
+
     async def put_call(request: Request) -> Response:
         rollout_id = check_store_id(request.path_params["rollout_id"])
         model_call_id = check_model_call_id(path_call_id(request.scope))
@@ -239,7 +242,13 @@ def _install_hot_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> 
         query, known = resolve_request(body), known_prefix(body)
         accept_encoding = request.headers.get("accept-encoding")
         return await resolve_answer(
-            store, rollout_id, query, accept_encoding, compact=compact, known=known
+            store,
+            rollout_id,
+            query,
+            accept_encoding,
+            compact=compact,
+            known=known,
+            answered=answered,
         )
 
     app.add_route(CALL_ROUTE, put_call, methods=["PUT"])
