@@ -89,7 +89,7 @@ if TYPE_CHECKING:
     from token_finalizer_client._staging_source import HttpStagingSource
     from token_finalizer_client._types import Finalized, Readiness
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # Public name -> the private module defining it, imported when the name is first read.
 _LAZY = {

@@ -28,7 +28,7 @@ from token_finalizer.core.protocols import TokenSink, TokenSource
 from token_finalizer.core.rebuild import rebuild_snapshot
 from token_finalizer.sources import FileTokenStore, MemoryTokenStore, open_source
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "MASK_SAMPLE_KEY",
