@@ -29,8 +29,8 @@ from yarl import URL
 from token_finalizer_client._exchange import (
     AnswerBody,
     AnswerLimits,
-    ExchangeTimeout,
     Reply,
+    timed_out,
     try_deadline,
 )
 from token_finalizer_client._wire import WireRequest
@@ -116,11 +116,7 @@ class AioPool:
             async with asyncio.timeout(left):
                 return await self._read(request, limits, name)
         except TimeoutError:  # the try's deadline, or aiohttp's own socket timeouts
-            raise ExchangeTimeout(
-                f"no whole answer within the try's timeout ({limits.timeout_s}s) "
-                "or the call's deadline",
-                request=self._described(request),
-            ) from None
+            raise timed_out(self._described(request), limits) from None
         except (aiohttp.ClientError, OSError) as exc:
             detail = str(exc) or type(exc).__name__
             raise _error_type(exc)(detail, request=self._described(request)) from exc

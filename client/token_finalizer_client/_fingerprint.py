@@ -35,12 +35,14 @@ import hashlib
 import importlib
 import json
 import math
+import re
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 __all__ = [
     "FINGERPRINT_VERSION",
+    "HEX_DIGEST",
     "FingerprintError",
     "assistant_fingerprint",
     "canonical_arguments",
@@ -51,6 +53,8 @@ __all__ = [
 ]
 
 FINGERPRINT_VERSION = 2
+# How every digest of the protocol is written: 64 lowercase hex digits (SHA-256).
+HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 _LOOKUP_DOMAIN = b"nemo-gym-lineage"
 _CONTEXT_DOMAIN = b"nemo-gym-lineage-context"

@@ -15,16 +15,14 @@ dropped first; a match larger than the budget is not kept.
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer_client._constants import RESOLVER_KNOWN_IDS_BUDGET
+from token_finalizer_client._fingerprint import HEX_DIGEST
 
 __all__ = ["KnownIds", "KnownIdsCache"]
-
-_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +64,7 @@ class KnownIdsCache:
         compare (not 64 lowercase hex digits), or more ids than the budget.
         """
         self.forget(rollout_id)
-        if not ids or len(ids) > self.budget or not _HEX_DIGEST.fullmatch(digest):
+        if not ids or len(ids) > self.budget or not HEX_DIGEST.fullmatch(digest):
             return
         self._by_rollout[rollout_id] = KnownIds(digest, ids)
         self.size += len(ids)

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from token_finalizer_client._cumulative import cumulative_token_ids
 from token_finalizer_client._exceptions import InvalidAnswerError, shorten
 from token_finalizer_client._fingerprint import (
     FINGERPRINT_VERSION,
+    HEX_DIGEST,
     assistant_fingerprint,
     context_digests,
 )
@@ -78,7 +78,6 @@ _RESOLVE_OPERATION = "lineage/resolve"
 _RESOLVE_PARAMS = dict([COMPACT_TOKENS])
 # Where NeMo Gym 0.7 defines ParentResolutionStatus (looked up, never imported).
 _GYM_RECORDS_MODULE = "nemo_gym.token_id_capture.records"
-_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ResolutionStatus(enum.StrEnum):
@@ -162,7 +161,7 @@ def _match(value: object, known: tuple[int, ...]) -> LineageMatch:
     # A match over ledger rows: the chain names where the prefix is staged.
     if not isinstance(chain, list) or not all(isinstance(key, str) and key for key in chain):
         raise InvalidAnswerError(f"the match's staging_chain is not a list of keys: {chain!r:.200}")
-    if not chain or not isinstance(chain_hash, str) or not _HEX_DIGEST.fullmatch(chain_hash):
+    if not chain or not isinstance(chain_hash, str) or not HEX_DIGEST.fullmatch(chain_hash):
         raise InvalidAnswerError(
             "a staged match needs a staging_chain and a chain_hash of 64 lowercase hex "
             f"characters, got {chain!r:.100} and {chain_hash!r:.100}"

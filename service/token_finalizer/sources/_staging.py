@@ -27,6 +27,7 @@ from token_finalizer.core.codec import loads_json
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt
 from token_finalizer.core.identity import check_model_call_id
 from token_finalizer.core.staging import (
+    PACK_ERRORS,
     CallRecord,
     RolloutManifest,
     StagedCallBaseSnapshot,
@@ -261,7 +262,7 @@ def file_line(record: StagedCallRecord, attachments: Mapping[str, Attachment] | 
     data = record.to_json(native_columns=True)
     try:
         packed = pack_columns(data)
-    except (ValueError, TypeError, KeyError, OverflowError):
+    except PACK_ERRORS:
         return _dumps_sorted({"attachments": attachments, "record": data})
     return _dumps_sorted(
         {"attachments": attachments, "columns": packed["columns"], "record": packed["record"]}

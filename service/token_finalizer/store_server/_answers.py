@@ -35,7 +35,12 @@ from token_finalizer._constants import (
 from token_finalizer.core.codec import loads_exact_json
 from token_finalizer.core.errors import CaptureCorrupt
 from token_finalizer.core.lineage_resolution import Resolution
-from token_finalizer.core.staging import LedgerResolution, StagingRecordError, pack_columns
+from token_finalizer.core.staging import (
+    PACK_ERRORS,
+    LedgerResolution,
+    StagingRecordError,
+    pack_columns,
+)
 from token_finalizer.sources.base import (
     CaptureStore,
     FrozenLines,
@@ -100,7 +105,7 @@ def _packed_snapshot(line: StagedSnapshotLine) -> bytes:
         if not isinstance(record, dict):
             return line
         return orjson.dumps(pack_columns(record))
-    except (ValueError, TypeError, KeyError, OverflowError):
+    except PACK_ERRORS:  # loads_exact_json's errors are ValueErrors too
         return _plain_snapshot(line)
 
 
@@ -239,7 +244,7 @@ async def resolve_answer(
     *,
     compact: bool = False,
     known: KnownPrefix | None = None,
-    answered: AnsweredIds | None = None,
+    answered: AnsweredIds,
 ) -> Response:
     """Resolve `query` over the rollout's committed calls, read without freezing.
 
@@ -250,7 +255,6 @@ async def resolve_answer(
     known prefix without hashing it). An answer carrying many token ids is
     encoded in a worker thread. A staging rollout resolves over its ledger rows.
     """
-    answered = answered if answered is not None else AnsweredIds(capacity=0)
     resolution = await store.resolve_lineage(rollout_id, query)
     match = resolution.match
     if match is None:

@@ -5,7 +5,6 @@ Every refusal is an HttpError 422 naming what is wrong.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ from urllib.parse import unquote
 
 from token_finalizer.core.identity import check_model_call_id
 from token_finalizer.core.lineage_resolution import (
+    HEX_DIGEST,
     ResolutionRequestError,
     check_resolution_request,
 )
@@ -38,7 +38,6 @@ __all__ = [
 _TOKEN_FORMS = ("plain", "compact")
 # `columns=` of a freeze request: how a staged snapshot's token columns are sent.
 _COLUMN_FORMS = ("plain", "packed")
-_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +142,7 @@ def known_prefix(body: dict[str, Any]) -> KnownPrefix | None:
     digest = known.get("digest") if isinstance(known, dict) else None
     if type(length) is not int or length < 0:
         raise HttpError(422, f"known.length must be an integer >= 0, got {length!r:.40}")
-    if not isinstance(digest, str) or not _HEX_DIGEST.fullmatch(digest):
+    if not isinstance(digest, str) or not HEX_DIGEST.fullmatch(digest):
         raise HttpError(422, f"known.digest must be 64 lowercase hex digits, got {digest!r:.80}")
     return KnownPrefix(length, digest)
 

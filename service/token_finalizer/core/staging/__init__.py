@@ -61,7 +61,12 @@ from token_finalizer.core.staging.manifest import (
     RolloutManifest,
     RolloutReceipt,
 )
-from token_finalizer.core.staging.packed import PACKED_COLUMNS, pack_columns, unpack_columns
+from token_finalizer.core.staging.packed import (
+    PACK_ERRORS,
+    PACKED_COLUMNS,
+    pack_columns,
+    unpack_columns,
+)
 from token_finalizer.core.staging.receipt import build_receipt
 from token_finalizer.core.staging.records import (
     StagedCallBaseSnapshot,
@@ -80,6 +85,7 @@ __all__ = [
     "EMPTY_EXTRAS_DIGEST",
     "EXTRAS_DIGEST_VERSION",
     "PACKED_COLUMNS",
+    "PACK_ERRORS",
     "STAGING_DIGEST_VERSION",
     "STAGING_SCHEMA_VERSION",
     "CallRecord",

@@ -26,7 +26,7 @@ import numpy as np
 from token_finalizer.core.staging._arrays import U64_BE
 from token_finalizer.core.staging._wire import StagingRecordError
 
-__all__ = ["PACKED_COLUMNS", "pack_columns", "unpack_columns"]
+__all__ = ["PACKED_COLUMNS", "PACK_ERRORS", "pack_columns", "unpack_columns"]
 
 _F64_BE = np.dtype(">f8")
 # Each packed column and the machine image it is sent as.
@@ -78,9 +78,9 @@ def unpack_columns(record: object, columns: object, *, native: bool = False) -> 
 def pack_columns(record: Mapping[str, Any]) -> dict[str, Any]:
     """``{"record": <record without its columns>, "columns": {...}}``: the packed form.
 
-    The inverse of `unpack_columns`. ValueError (or KeyError, TypeError)
-    when a column is missing or holds a value its image cannot carry
-    exactly: the caller then answers that record as it is stored.
+    The inverse of `unpack_columns`. One of `PACK_ERRORS` when a column is
+    missing or holds a value its image cannot carry exactly: the caller then
+    keeps that record as it is.
     """
     rest = dict(record)
     columns = {}
@@ -95,6 +95,10 @@ def pack_columns(record: Mapping[str, Any]) -> dict[str, Any]:
     return {"record": rest, "columns": columns}
 
 
+# What `pack_columns` raises for a record that does not pack: a missing column
+# (KeyError), a value numpy cannot take (TypeError), a kind or sign it would not
+# carry exactly (ValueError; OverflowError from numpy's integer conversion).
+PACK_ERRORS = (ValueError, TypeError, KeyError, OverflowError)
 # The array kinds each image carries exactly: ids from integers only (never a
 # float), masks and log probabilities from floats or integers (a stored 0 or 1).
 _EXACT_KINDS = {"u": "ui", "f": "fiu"}
