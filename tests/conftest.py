@@ -33,12 +33,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _session_redis.close()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    """Say which Redis the tests use (or that none answers)."""
+def _redis_line() -> str:
     url = _redis_in_use[-1] if _redis_in_use else None
     if url is None:
         return f"redis: none answers and redis-server is not on PATH (set {REDIS_URL_ENV_VAR})"
     return f"redis: {url}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which Redis the tests use (or that none answers), when the header is shown."""
+    return _redis_line()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say it again in the summary, which `-q` (the suite's addopts) does not hide."""
+    terminalreporter.write_line(_redis_line())
 
 
 @pytest.fixture(autouse=True, scope="session")

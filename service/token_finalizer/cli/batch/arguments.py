@@ -59,7 +59,8 @@ def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-bad-lines",
         action="store_true",
         help="exit 0 even when lines are bad (not JSON, not what the command reads, or "
-        "refused as malformed); they are still reported and kept in the output. Without "
+        "refused as malformed); they are still reported (finalize also writes an error line "
+        "for each into its output; retire writes no output). Without "
         "it any failed line makes the exit status 3",
     )
 

@@ -41,6 +41,7 @@ from token_finalizer.cli.batch.running import (
     in_order,
     run_command,
 )
+from token_finalizer.cli.batch.wording import counted
 
 if TYPE_CHECKING:
     from token_finalizer.cli.batch.targets import BatchTarget
@@ -78,10 +79,10 @@ class _FinalizeSummary:
         by_reason = ", ".join(f"{reason}: {n}" for reason, n in sorted(self.reasons.items()))
         bad = self.outcomes["bad_line"]
         return (
-            f"finalize: {self.lines} lines -> {output}: "
+            f"finalize: {counted(self.lines, 'line')} -> {output}: "
             f"{self.outcomes['finalized']} finalized ({self.retirable} retirable), "
             f"{self.outcomes['masked']} masked{f' ({by_reason})' if by_reason else ''}, "
-            f"{self.outcomes['no_build']} no build, {bad} bad line{'' if bad == 1 else 's'}\n"
+            f"{self.outcomes['no_build']} no build, {counted(bad, 'bad line')}\n"
         )
 
 
@@ -201,7 +202,7 @@ def _finalize(args: argparse.Namespace) -> int:
     bad = summary.outcomes["bad_line"]
     if bad and not args.allow_bad_lines:
         sys.stderr.write(
-            f"finalize: {bad} bad line{'' if bad == 1 else 's'} (reported above, error lines "
+            f"finalize: {counted(bad, 'bad line')} (reported above, error lines "
             f"in {output_path}): exit status {EXIT_LINES_FAILED}; --allow-bad-lines accepts them\n"
         )
         return EXIT_LINES_FAILED

@@ -41,6 +41,7 @@ from token_finalizer.cli.batch.running import (
     in_order,
     run_command,
 )
+from token_finalizer.cli.batch.wording import counted
 
 if TYPE_CHECKING:
     from token_finalizer.cli.batch.targets import BatchTarget
@@ -153,9 +154,10 @@ async def _retire_line(target: BatchTarget, item: _Retirement) -> tuple[_Retirem
 def _retire_summary(lines: int, outcomes: Counter[str]) -> str:
     bad = sum(outcomes[outcome] for outcome in _BAD_OUTCOMES)
     return (
-        f"retire: {lines} lines: {outcomes['retired']} retired, "
+        f"retire: {counted(lines, 'line')}: {outcomes['retired']} retired, "
         f"{outcomes['not_retired']} not retired (the store moved on), "
-        f"{outcomes['not_retirable']} not retirable, {outcomes['error_line']} error lines, "
+        f"{outcomes['not_retirable']} not retirable, "
+        f"{counted(outcomes['error_line'], 'error line')}, "
         f"{bad} bad, {outcomes['refused']} tickets refused\n"
     )
 
@@ -166,7 +168,7 @@ def _failures(outcomes: Counter[str], allow_bad_lines: bool) -> str | None:
     refused = outcomes["refused"]
     parts = []
     if bad:
-        parts.append(f"{bad} bad line{'' if bad == 1 else 's'} (--allow-bad-lines accepts them)")
+        parts.append(f"{counted(bad, 'bad line')} (--allow-bad-lines accepts them)")
     if refused:
         parts.append(
             f"{refused} ticket{'' if refused == 1 else 's'} refused (signed with another "
