@@ -492,3 +492,50 @@ def test_quickstart_store_delete_frees_a_wrongly_finalized_id(
     )
     assert (result.returncode, result.stderr.strip()) == (0, shown)
     assert stored_state(FileTokenStore(tmp_path / "capture"), "nobody-wrote-this") is None
+
+
+def _write_rollouts(directory: Path, cwd: Path, *rollout_ids: str) -> None:
+    for rollout_id in rollout_ids:
+        args = ["--dir", str(directory), "--rollout-id", rollout_id]
+        ok(run_example("write_capture_file.py", *args, cwd=cwd))
+
+
+@pytest.mark.parametrize("mode", [[], ["--many"]], ids=["finalize_iter", "finalize_many"])
+def test_finalize_batch_async_writes_then_retires_every_rollout(
+    tmp_path: Path, finalizer: str, mode: list[str]
+) -> None:
+    """The asyncio batch harness writes one unmasked answer per rollout, then retires each."""
+    directory = tmp_path / "capture"
+    _write_rollouts(directory, tmp_path, "a-0", "b-0")
+    args = ["--finalizer-url", finalizer, "--rollout-id", "a-0", "--rollout-id", "b-0", *mode]
+    stdout = ok(run_example("finalize_batch_async.py", *args, cwd=tmp_path))
+    answers = read_jsonl(tmp_path / "finalized.jsonl")
+    assert [answer["record"]["_ng_rollout_id"] for answer in answers] == ["a-0", "b-0"]
+    for answer in answers:
+        assert_unmasked_with_tokens(answer["record"])
+    assert "retired 2 of 2 retirable captures" in stdout
+    assert all(stored_state(FileTokenStore(directory), rid).retired for rid in ("a-0", "b-0"))
+
+
+def test_finalize_batch_async_keeps_going_past_a_refused_record(
+    tmp_path: Path, finalizer: str
+) -> None:
+    """A record the finalizer refuses (400) is reported; the batch's other records still land."""
+    _write_rollouts(tmp_path / "capture", tmp_path, "a-0")
+    records = tmp_path / "batch.jsonl"
+    records.write_text(json.dumps(["not", "a record"]) + "\n" + json.dumps(_record("a-0")) + "\n")
+    args = ["--finalizer-url", finalizer, "--records", str(records), "--no-retire"]
+    result = run_example("finalize_batch_async.py", *args, cwd=tmp_path)
+    assert "record 1: rollout a-0 finalized" in ok(result)
+    assert "record 0: not finalized" in result.stderr
+    [answer] = read_jsonl(tmp_path / "finalized.jsonl")
+    assert answer["record"]["_ng_rollout_id"] == "a-0"
+
+
+def _record(rollout_id: str) -> dict[str, Any]:
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from finalize_with_client import example_record
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    return example_record(rollout_id)
