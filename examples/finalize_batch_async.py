@@ -69,7 +69,8 @@ async def finalize_batch(args: argparse.Namespace) -> int:
         records = iter([example_record(rollout_id) for rollout_id in args.rollout_id])
     token = os.environ.get("FINALIZER_TOKEN") or None
     kept: list[Finalized] = []
-    async with AsyncFinalizerClient(args.finalizer_url, token=token, run_id="async-batch") as client:
+    client = AsyncFinalizerClient(args.finalizer_url, token=token, run_id="async-batch")
+    async with client:
         if args.many:
 
             def on_result(index: int, outcome: Finalized | FinalizerError) -> None:
