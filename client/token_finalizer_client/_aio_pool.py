@@ -38,6 +38,7 @@ from token_finalizer_client._exchange import (
     timed_out,
     try_deadline,
 )
+from token_finalizer_client._url_credentials import masked
 from token_finalizer_client._wire import WireRequest
 
 __all__ = ["AioPool"]
@@ -127,7 +128,7 @@ class AioPool:
         except TimeoutError:  # the try's deadline, or aiohttp's own socket timeouts
             raise timed_out(self._described(request), limits) from None
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            detail = str(exc) or type(exc).__name__
+            detail = masked(str(exc)) or type(exc).__name__  # a proxy URL's password too
             raise _error_type(exc)(detail, request=self._described(request)) from exc
 
     async def _read(self, request: WireRequest, limits: AnswerLimits, name: str) -> Reply:

@@ -59,6 +59,7 @@ from token_finalizer_client._fingerprint import (
 )
 from token_finalizer_client._known_ids import KnownIds, KnownIdsCache
 from token_finalizer_client._store_connection import StoreConnection
+from token_finalizer_client._url_credentials import masked
 from token_finalizer_client._wire import WireRequest, read_object
 
 __all__ = [
@@ -251,7 +252,7 @@ class HttpLineageResolver(StoreConnection):
                 rollout_id,
                 self.url,
                 type(exc).__name__,
-                exc,
+                masked(str(exc)),  # a transport message may repeat a URL's user info
             )
             return _unresolved(LOOKUP_ERROR)
 
