@@ -91,6 +91,9 @@ class AioPool:
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
         self._proxy = environment_proxy(self._base)
+        if self._proxy is not None and not self._proxy.startswith(("http://", "https://")):
+            # aiohttp would speak HTTP to it (a socks5:// proxy): refused, as a ValueError.
+            raise ValueError(f"proxy {masked(self._proxy)!r} is not an http(s) proxy")
         connector = aiohttp.TCPConnector(
             limit=limits.max_connections or 0,
             limit_per_host=0,

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.support.loopback_http import read_request, serving
-from token_finalizer_client import HttpStagingSource, HttpTokenSink
+from token_finalizer_client import APIConnectionError, HttpStagingSource, HttpTokenSink
 from token_finalizer_client._env_proxy import environment_proxy
 
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
@@ -162,3 +162,15 @@ async def test_no_proxy_sends_the_aiohttp_sink_directly(
     async with HttpTokenSink(url=store, max_retries=0) as sink:
         await sink.put(_ENTRY)
     assert targets == []
+
+
+@pytest.mark.anyio
+async def test_a_socks_proxy_is_refused_by_the_aiohttp_sink(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp speaks no SOCKS: an APIConnectionError naming the proxy, its password masked."""
+    monkeypatch.setenv("ALL_PROXY", "socks5://u:PW@127.0.0.1:1080")
+    async with HttpTokenSink(url=store, max_retries=0) as sink:
+        with pytest.raises(APIConnectionError, match="not an http") as caught:
+            await sink.put(_ENTRY)
+    assert "PW" not in str(caught.value) and "***@127.0.0.1" in str(caught.value)
