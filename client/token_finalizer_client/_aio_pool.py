@@ -12,7 +12,11 @@ its deadline (`asyncio.timeout`), the raw body is read up to the limit and
 decoded by `_decoding` (aiohttp's own decompression is off), and an error
 answer is read up to `MAX_ERROR_BODY_BYTES`. aiohttp's errors become the
 httpx errors of the same meaning, so the one retry policy (`_retry`) tells
-transient failures from the rest exactly as it does for httpx.
+transient failures from the rest exactly as it does for httpx; a ValueError
+aiohttp raises for a request it cannot send becomes `httpx.LocalProtocolError`
+(so `APIConnectionError`, never a bare ValueError a ledger caller would read
+as a conflict). The environment counts for its proxy only (`_env_proxy`):
+never `.netrc`, whose password aiohttp's `trust_env` would send (issue 29).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import aiohttp
 import httpx
 from yarl import URL
 
+from token_finalizer_client._env_proxy import environment_proxy
 from token_finalizer_client._exchange import (
     AnswerBody,
     AnswerLimits,
@@ -33,6 +38,7 @@ from token_finalizer_client._exchange import (
     timed_out,
     try_deadline,
 )
+from token_finalizer_client._url_credentials import masked
 from token_finalizer_client._wire import WireRequest
 
 __all__ = ["AioPool"]
@@ -51,6 +57,8 @@ def _error_type(exc: Exception) -> type[httpx.TransportError]:
         return httpx.UnsupportedProtocol
     if isinstance(exc, aiohttp.ClientConnectionError | OSError):
         return httpx.ReadError
+    if isinstance(exc, ValueError):  # a request aiohttp will not send (a header, a proxy)
+        return httpx.LocalProtocolError
     return httpx.TransportError
 
 
@@ -78,9 +86,14 @@ class AioPool:
         self._timeout = timeout
         self._limits = limits
         self._session: aiohttp.ClientSession | None = None
+        self._proxy: str | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
+        self._proxy = environment_proxy(self._base)
+        if self._proxy is not None and not self._proxy.startswith(("http://", "https://")):
+            # aiohttp would speak HTTP to it (a socks5:// proxy): refused, as a ValueError.
+            raise ValueError(f"proxy {masked(self._proxy)!r} is not an http(s) proxy")
         connector = aiohttp.TCPConnector(
             limit=limits.max_connections or 0,
             limit_per_host=0,
@@ -91,8 +104,8 @@ class AioPool:
             connector=connector,
             headers=self._headers,
             auto_decompress=False,  # bodies are decoded under the limit (`_decoding`)
-            # HTTP(S)_PROXY, NO_PROXY and .netrc count, as they do for httpx's pools.
-            trust_env=True,
+            # Never .netrc; the proxy comes from `environment_proxy`, as httpx's would.
+            trust_env=False,
             timeout=aiohttp.ClientTimeout(
                 sock_connect=self._timeout.connect, sock_read=self._timeout.read
             ),
@@ -117,8 +130,8 @@ class AioPool:
                 return await self._read(request, limits, name)
         except TimeoutError:  # the try's deadline, or aiohttp's own socket timeouts
             raise timed_out(self._described(request), limits) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            detail = str(exc) or type(exc).__name__
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            detail = masked(str(exc)) or type(exc).__name__  # a proxy URL's password too
             raise _error_type(exc)(detail, request=self._described(request)) from exc
 
     async def _read(self, request: WireRequest, limits: AnswerLimits, name: str) -> Reply:
@@ -130,6 +143,7 @@ class AioPool:
             data=request.content,
             headers=request.own_headers(),
             allow_redirects=False,
+            proxy=self._proxy,
         ) as response:
             body = AnswerBody(200 <= response.status < 300, limits, name, decoded=False)
             async for chunk in response.content.iter_any():

@@ -40,6 +40,7 @@ from token_finalizer_client._exchange import AnswerLimits, HttpxAsyncPool, Reply
 from token_finalizer_client._ordered import ordered_map
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries, send_with_retries
 from token_finalizer_client._types import Finalized, Readiness
+from token_finalizer_client._url_credentials import masked, sent_as_auth
 from token_finalizer_client._wire import (
     HEALTH_REQUEST,
     READY_REQUEST,
@@ -88,7 +89,10 @@ class _BaseClient(Generic[_Pool]):
     ) -> None:
         self._retry = RetryPolicy(max_retries)
         self.max_retries = max_retries
-        self.base_url = check_base_url(base_url)
+        # Shown as given with its user info masked; sent without it (`_url_credentials`).
+        self.base_url = masked(check_base_url(base_url))
+        headers = default_headers(token, run_id)
+        bare = sent_as_auth(check_base_url(base_url), headers)
         self.run_id = run_id
         if as_numpy:
             load_numpy()  # ImportError now, not at the first answer
@@ -97,8 +101,8 @@ class _BaseClient(Generic[_Pool]):
             timeout_s=_exchange_timeout(timeout), max_bytes=DEFAULT_MAX_ANSWER_BYTES
         )
         self._http = self._open_pool(
-            base_url=self.base_url,
-            headers=default_headers(token, run_id),
+            base_url=bare,
+            headers=headers,
             timeout=timeout,
             limits=_LIMITS,
         )

@@ -130,7 +130,8 @@ class HttpCaptureLedger(HttpLineageResolver):
         """Which committed call `request_items` continues: root, resolved or unresolved.
 
         Raises when the store cannot answer (unreachable after the retries, a
-        refusal, an answer that is not a resolution) or the items cannot be
+        refusal, an answer that is not a resolution: InvalidAnswerError, also for a
+        staged match whose chain names another rollout's calls) or the items cannot be
         fingerprinted: Gym fails the call closed instead of poisoning the rollout.
         """
         return await self._lookup(rollout_id, request_items)

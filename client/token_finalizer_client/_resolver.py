@@ -59,6 +59,7 @@ from token_finalizer_client._fingerprint import (
 )
 from token_finalizer_client._known_ids import KnownIds, KnownIdsCache
 from token_finalizer_client._store_connection import StoreConnection
+from token_finalizer_client._url_credentials import masked
 from token_finalizer_client._wire import WireRequest, read_object
 
 __all__ = [
@@ -139,7 +140,17 @@ def _unresolved(reason: str) -> LineageResolution:
     return LineageResolution(_status(ResolutionStatus.UNRESOLVED.value), None, reason)
 
 
-def _match(value: object, known: tuple[int, ...]) -> LineageMatch:
+def _check_chain(chain: list[str], rollout_id: str, call_id: str) -> None:
+    """A staged match's chain is the rollout's own and ends at the match (docs/staging.md)."""
+    own = f"{rollout_id}/"
+    if not all(key.startswith(own) for key in chain) or chain[-1] != f"{own}{call_id}":
+        raise InvalidAnswerError(
+            f"the match's staging_chain {chain!r:.200} is not rollout {rollout_id!r:.100}'s "
+            f"own ending at its call {call_id!r:.100}"
+        )
+
+
+def _match(value: object, known: tuple[int, ...], rollout_id: str) -> LineageMatch:
     if not isinstance(value, dict):
         raise InvalidAnswerError(f"a resolved answer's match is not an object: {value!r:.200}")
     call_id, digest = value.get("model_call_id"), value.get("digest")
@@ -171,13 +182,17 @@ def _match(value: object, known: tuple[int, ...]) -> LineageMatch:
             f"a staged match carries no token ids and a prev_len >= 1, got {len(token_ids)} "
             f"ids and prev_len {prev_len}"
         )
+    _check_chain(chain, rollout_id, call_id)
     return LineageMatch(call_id, (), digest, prev_len, tuple(chain), chain_hash)
 
 
-def _read_resolution(body: dict[str, Any], known: tuple[int, ...] = ()) -> LineageResolution:
-    """A resolve answer as a LineageResolution; InvalidAnswerError when it is not one.
+def _read_resolution(
+    body: dict[str, Any], rollout_id: str, known: tuple[int, ...] = ()
+) -> LineageResolution:
+    """`rollout_id`'s resolve answer as a LineageResolution; InvalidAnswerError when it is not one.
 
     `known`: the ids of the known prefix the request named (`_known_ids`).
+    A staged match must name only the rollout's own staged calls.
     """
     status, reason, match = body.get("status"), body.get("reason", ""), body.get("match")
     if status not in tuple(ResolutionStatus):
@@ -186,7 +201,7 @@ def _read_resolution(body: dict[str, Any], known: tuple[int, ...] = ()) -> Linea
         raise InvalidAnswerError(f"the resolve answer's reason is not a string: {reason!r:.200}")
     reason = shorten(reason, MAX_REASON_CHARS)
     if status == ResolutionStatus.RESOLVED:
-        return LineageResolution(_status(str(status)), _match(match, known), reason)
+        return LineageResolution(_status(str(status)), _match(match, known, rollout_id), reason)
     if match is not None:
         raise InvalidAnswerError(f"a {status} answer carries a match")
     return LineageResolution(_status(str(status)), None, reason)
@@ -232,7 +247,7 @@ class HttpLineageResolver(StoreConnection):
         cache = self._known_ids()
         known = cache.get(rollout_id)
         answer = await self._ask(rollout_id, fingerprint, digests, known)
-        resolution = _read_resolution(answer, () if known is None else known.ids)
+        resolution = _read_resolution(answer, rollout_id, () if known is None else known.ids)
         match = resolution.match
         if match is not None:
             cache.keep(rollout_id, match.digest, match.cumulative_token_ids)
@@ -251,7 +266,7 @@ class HttpLineageResolver(StoreConnection):
                 rollout_id,
                 self.url,
                 type(exc).__name__,
-                exc,
+                masked(str(exc)),  # a transport message may repeat a URL's user info
             )
             return _unresolved(LOOKUP_ERROR)
 

@@ -37,6 +37,7 @@ from token_finalizer_client._deadline import bound_by_deadlines
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._exchange import AnswerLimits, AsyncPool, HttpxAsyncPool, Reply
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries
+from token_finalizer_client._url_credentials import masked, sent_as_auth
 from token_finalizer_client._wire import WireRequest, default_headers
 
 __all__ = ["PooledStore", "StoreConnection", "StoreEndpoint"]
@@ -67,15 +68,19 @@ class StoreEndpoint:
         `timeout_s` bounds each read, write and pool wait; a connect gets at
         most `CONNECT_TIMEOUT_S` of it, since a connect that takes long means
         the store is gone, while a large snapshot may take long to arrive.
+        User info in `url` is sent as Basic auth unless a `token` is given
+        (`_url_credentials`); `url` keeps none of it.
         """
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ValueError(f"url {url!r} must start with http:// or https://")
+            shown = masked(url) if isinstance(url, str) else url
+            raise ValueError(f"url {shown!r} must start with http:// or https://")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         headers = default_headers(token, None)
+        bare = sent_as_auth(url, headers)
         headers["Accept-Encoding"] = accept_encoding
         return cls(
-            url=url.rstrip("/"),
+            url=bare.rstrip("/"),
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S)),
             limits=httpx.Limits(
@@ -163,7 +168,8 @@ class PooledStore:
             max_keepalive=max_keepalive,
         )
         self._limits = AnswerLimits(timeout_s=timeout, max_bytes=max_answer_bytes)
-        self.url = self._endpoint.url
+        # Shown in reprs and log lines: a password the URL holds is masked.
+        self.url = masked(url.rstrip("/"))
 
     def __repr__(self) -> str:  # never shows the token
         return f"{type(self).__name__}(url={self.url!r})"

@@ -22,6 +22,7 @@ from token_finalizer_client._constants import (
 from token_finalizer_client._exceptions import InvalidAnswerError, error_for_status
 from token_finalizer_client._json import dumps, loads
 from token_finalizer_client._types import Finalized, Readiness
+from token_finalizer_client._url_credentials import masked
 
 if TYPE_CHECKING:  # `_exchange` sends WireRequests: imported for annotations only
     from token_finalizer_client._exchange import Reply
@@ -51,7 +52,8 @@ _JSON_CONTENT = {"Content-Type": "application/json"}
 def check_base_url(base_url: str) -> str:
     """The service URL without a trailing slash; ValueError for anything but http(s)."""
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise ValueError(f"base_url {base_url!r} must start with http:// or https://")
+        shown = masked(base_url) if isinstance(base_url, str) else base_url
+        raise ValueError(f"base_url {shown!r} must start with http:// or https://")
     return base_url.rstrip("/")
 
 

@@ -153,6 +153,14 @@ HTTP_PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
 # Largest decoded answer the http source accepts from a capture store (a zstd
 # body is tiny on the wire; this bounds what it may expand to).
 HTTP_MAX_ANSWER_BYTES = 1024 * 1024 * 1024
+# orjson reserves up to about 12x a JSON document's size of address space while
+# it parses it, and crashes the process (SIGSEGV) when it cannot get it. Under an
+# address-space limit (RLIMIT_AS, `prlimit --as`), a document of at least
+# JSON_PARSE_CHECK_MIN_BYTES is parsed only while this many times its size is
+# still free; else it is refused with a MemoryError (an http source's freeze
+# answer: a masked record). docs/configuration.md#memory-ceilings
+JSON_PARSE_ADDRESS_FACTOR = 16
+JSON_PARSE_CHECK_MIN_BYTES = 4 * 1024 * 1024
 # A state replacement lives for milliseconds: a temporary state file (or a lone
 # lock file) this old was left by a killed writer and is removed by a sweep.
 FILE_STALE_AGE_S = 60.0

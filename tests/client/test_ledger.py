@@ -328,6 +328,22 @@ async def test_resolve_raises_for_an_answer_that_is_not_a_resolution() -> None:
     await ledger.close()
 
 
+async def test_resolve_raises_for_a_staged_match_naming_another_rollout() -> None:
+    """A match whose staging_chain names another rollout's call is an InvalidAnswerError."""
+    match = {
+        "model_call_id": "c1",
+        "cumulative_token_ids": [],
+        "digest": C1["record"]["cumulative_hash"],
+        "prev_len": C1["record"]["cum_len"],
+        "staging_chain": ["cl-other/c1"],
+        "chain_hash": C1["record"]["chain_hash"],
+    }
+    ledger = HttpCaptureLedger(URL, transport=_canned(200, {"status": "resolved", "match": match}))
+    with pytest.raises(InvalidAnswerError, match="staging_chain"):
+        await ledger.resolve(RID, C2["request_items"])
+    await ledger.close()
+
+
 async def test_root_needs_no_store(ledger: HttpCaptureLedger, store: StagingStoreStandIn) -> None:
     """Items without a model-authored turn are a root, answered without a request."""
     resolution = await ledger.resolve(RID, [{"role": "user", "content": "hi"}])

@@ -81,6 +81,10 @@ async def test_an_entries_match_keeps_an_empty_chain() -> None:
         {"staging_chain": "r1/c1"},
         {"staging_chain": ["r1/c1", ""]},
         {"staging_chain": []},
+        {"staging_chain": ["cl-other/c1", "r1/c2"]},
+        {"staging_chain": ["r10/c1", "r1/c2"]},
+        {"staging_chain": ["r1/c2", "r1/c1"]},
+        {"staging_chain": ["cl-other/c2"]},
     ],
     ids=[
         "ids-present",
@@ -90,6 +94,10 @@ async def test_an_entries_match_keeps_an_empty_chain() -> None:
         "chain-not-a-list",
         "empty-key",
         "hash-without-chain",
+        "another-rollouts-key",
+        "a-rollout-id-prefix",
+        "last-not-the-match",
+        "only-another-rollout",
     ],
 )
 async def test_an_inconsistent_staged_match_is_a_lookup_error(change: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ import orjson
 import zstandard
 
 from token_finalizer._constants import ZSTD_LEVEL, ZSTD_STREAM_INPUT_BYTES, ZSTD_WINDOW_LOG
+from token_finalizer.core.address_space import check_parse_room
 from token_finalizer.core.token_ids import NARROW, WIDE, narrowest
 
 __all__ = [
@@ -66,8 +67,10 @@ def loads_json(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON with orjson, falling back to the stdlib for NaN/Infinity.
 
     Capture lines written by Python's json module may carry `-Infinity` log
-    probabilities, which orjson rejects.
+    probabilities, which orjson rejects. ParseRoomError (a MemoryError) for a
+    document the address space left cannot parse (`address_space`).
     """
+    check_parse_room(len(data))
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -83,6 +86,7 @@ def loads_json(data: bytes | bytearray | memoryview | str) -> Any:
 
 def loads_strict_json(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse standard JSON only (no NaN/Infinity); ValueError naming the problem."""
+    check_parse_room(len(data))
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -165,7 +165,8 @@ class HttpTokenSource:
             accept_encoding="zstd",  # kept compressed here, decoded off the event loop
         )
         # Shown in messages, /ready and logs: never the credentials a URL may hold.
-        self.url = redact(endpoint.url)
+        # (The endpoint's own URL holds none: its user info goes out as Basic auth.)
+        self.url = redact(url.rstrip("/"))
         # The whole of one freeze (all tries, all bytes); see docs/configuration.md.
         self.deadline_s = deadline_s or timeout_s * HTTP_DEADLINE_TIMEOUTS
         self._retry = RetryPolicy(
@@ -283,6 +284,11 @@ class HttpTokenSource:
         except ValueError as exc:
             raise SourceUnavailable(
                 f"capture store {self.url}: {what} is not readable JSON ({exc})"
+            ) from None
+        except MemoryError as exc:  # too large to parse here (`core.address_space`): masked
+            raise SourceUnavailable(
+                f"capture store {self.url}: {what} of {len(answer.raw)} bytes does not fit "
+                f"in memory: {exc or 'out of memory'}"
             ) from None
 
     def _snapshot(self, answer: _Answer, rollout_id: str) -> Snapshot:
