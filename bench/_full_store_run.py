@@ -46,6 +46,8 @@ class FullStoreRun:
     mode: str
     capture_full_ms: list[float] = field(default_factory=list)
     capture_before_ms: list[float] = field(default_factory=list)
+    # The refused write alone (the begin_call or put that answered 507), resolve excluded.
+    refusal_ms: list[float] = field(default_factory=list)
     refused_507: int = 0
     other_errors: list[str] = field(default_factory=list)
     retired: int = 0
@@ -85,14 +87,18 @@ class _Writers:
         call = script.next_call()
         start = time.perf_counter()
         refused = False
+        writing = start
         try:
             resolution = await self.side.resolve(call.rollout_id, call.request_items)
+            writing = time.perf_counter()
             await self.side.begin_call(call.rollout_id, call.model_call_id)
             entry = self.side.entry(call, resolution, self.workload.delta)
+            writing = time.perf_counter()
             await self.side.put(entry)
         except StoreFullError:
             refused = True
             self.run.refused_507 += 1
+            self.run.refusal_ms.append(1000.0 * (time.perf_counter() - writing))
         except APIStatusError as error:  # anything but a 507 is a failure of the rule
             self.run.other_errors.append(f"{error.status_code}: {error.message[:120]}")
         elapsed = 1000.0 * (time.perf_counter() - start)

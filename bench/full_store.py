@@ -53,6 +53,12 @@ def report(runs: list[FullStoreRun]) -> list[str]:
             f"{'yes' if run.resumed else 'NO':>8} {run.health_when_full}"
         )
     for run in runs:
+        p50, p90, top = _percentiles(run.refusal_ms)
+        lines.append(
+            f"refused write alone ({run.mode}): p50 {p50:.1f} ms, p90 {p90:.1f} ms, "
+            f"max {top:.1f} ms over {len(run.refusal_ms)} 507s"
+        )
+    for run in runs:
         full_p90 = _percentiles(run.capture_full_ms)[1]
         before_p90 = _percentiles(run.capture_before_ms)[1]
         lines.append(

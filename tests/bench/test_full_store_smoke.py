@@ -24,4 +24,4 @@ def test_a_full_store_refuses_with_507_only_then_resumes(tmp_path: Path, mark: s
     run = full_store_run(tmp_path, mark=mark, maxmemory="8mb", workload=workload, full_calls=3)
     assert run.refused_507 > 0 and run.other_errors == []
     assert run.retired > 0 and run.retire_failures == 0 and run.resumed
-    assert len(report([run])) == 4
+    assert len(report([run])) == 5
