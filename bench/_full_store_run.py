@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ import httpx
 from bench._hotpath_sides import HttpSide
 from bench._hotpath_workload import RolloutScript, Workload
 from tests.support.redis_processes import RedisProcess, free_ports
-from tests.support.servers import free_port, running_process
+from tests.support.servers import free_port, stop_process, wait_for_health
 from token_finalizer._constants import REDIS_MEMORY_CHECK_INTERVAL_S
 from token_finalizer.sources.http import HttpTokenSource
 from token_finalizer_client import APIStatusError, StoreFullError
@@ -54,6 +56,24 @@ class FullStoreRun:
     retire_failures: int = 0
     resumed: bool = False
     health_when_full: str = ""
+
+
+# A loaded machine (2 cores shared) may take long to start the store server.
+_START_TIMEOUT_S = 180.0
+
+
+@contextlib.contextmanager
+def _store_serve(args: list[str], port: int, log: Path) -> Iterator[None]:
+    """`token-finalizer store serve ARGS` until the block ends, its output in `log`."""
+    with log.open("wb") as output:
+        command = [sys.executable, "-m", "token_finalizer.cli", *args]
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}/health"
+            wait_for_health(url, timeout=_START_TIMEOUT_S, process=process)
+            yield
+        finally:
+            stop_process(process)
 
 
 @contextlib.contextmanager
@@ -185,6 +205,6 @@ def full_store_run(
         port = free_port()
         args = ["store", "serve", "--redis", server.url, "--port", str(port)]
         args += ["--memory-high-water", mark]
-        with running_process(args, port=port, log=directory / "store.log"):
+        with _store_serve(args, port, directory / "store.log"):
             asyncio.run(_drive(f"http://127.0.0.1:{port}", workload, full_calls, run))
     return run

@@ -47,6 +47,15 @@ def _fill(server: RedisProcess) -> list[str]:
     return asyncio.run(run())
 
 
+def _full(server: RedisProcess, base: str) -> list[str]:
+    """`_fill`, then /health polled until the server itself reads the store as full."""
+    written = _fill(server)
+    for _ in range(100):  # each answer is a fresh reading: a loaded machine may need a few
+        if httpx.get(base + "/health", timeout=30).json().get("status") == "memory_full":
+            return written
+    raise AssertionError("the store server never read its Redis as full")
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[RedisProcess]:
     with limited_redis(tmp_path) as process:
@@ -114,7 +123,7 @@ def test_a_put_above_the_mark_is_507_naming_the_memory(
     server: RedisProcess, served: tuple[str, Path]
 ) -> None:
     """A PUT past the mark answers 507 with `memory` beside the error."""
-    _fill(server)
+    _full(server, served[0])
     put = httpx.put(
         served[0] + "/ng-rollout/late/training-token-capture/calls/call-0",
         json=call_entry("late", 0),
@@ -127,8 +136,8 @@ def test_the_sink_raises_store_full_after_one_request(
     server: RedisProcess, served: tuple[str, Path]
 ) -> None:
     """HttpTokenSink.put raises StoreFullError, and the store saw exactly one PUT (no retry)."""
-    _fill(server)
     base, log = served
+    _full(server, base)
 
     async def put() -> StoreFullError:
         async with HttpTokenSink(url=base, timeout=10.0) as sink:
@@ -145,8 +154,8 @@ def test_freeze_and_retire_work_above_the_mark_and_writes_resume(
     server: RedisProcess, served: tuple[str, Path]
 ) -> None:
     """Past the mark the finalizer's freezes and drops go through; then puts do again."""
-    written = _fill(server)
     base = served[0]
+    written = _full(server, base)
 
     async def drain_then_put() -> None:
         async with HttpTokenSource(base) as source:
