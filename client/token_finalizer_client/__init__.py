@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         PermissionDeniedError,
         ServerError,
         SourceUnavailableError,
+        StoreFullError,
     )
     from token_finalizer_client._ledger import HttpCaptureLedger
     from token_finalizer_client._resolver import (
@@ -115,6 +116,7 @@ _LAZY = {
     "PermissionDeniedError": "_exceptions",
     "ServerError": "_exceptions",
     "SourceUnavailableError": "_exceptions",
+    "StoreFullError": "_exceptions",
     "HttpLineageResolver": "_resolver",
     "LineageMatch": "_resolver",
     "LineageResolution": "_resolver",
@@ -173,6 +175,7 @@ __all__ = [
     "StagedFailure",
     "StagedOutcome",
     "StagedRow",
+    "StoreFullError",
     "WeightVersionSpan",
     "__version__",
 ]

@@ -22,8 +22,10 @@
         │                              (finalized, masked, reasons)
         ├── PayloadTooLargeError    413: the body is over the server's limit
         └── ServerError             5xx
-            └── SourceUnavailableError  503 naming a `source`: the capture store could not
-                                        be reached; retried, then raised (`.source`)
+            ├── SourceUnavailableError  503 naming a `source`: the capture store could not
+            │                           be reached; retried, then raised (`.source`)
+            └── StoreFullError      507: the capture store is out of memory or space; never
+                                        retried (`.memory`: used, max, fraction, high_water)
 
 `error_for_status` is the one place that maps an HTTP answer to a class. A
 server's message is kept to `MAX_MESSAGE_CHARS` (`shorten`): a hostile server
@@ -55,6 +57,7 @@ __all__ = [
     "PermissionDeniedError",
     "ServerError",
     "SourceUnavailableError",
+    "StoreFullError",
     "error_for_status",
     "shorten",
 ]
@@ -171,6 +174,22 @@ class SourceUnavailableError(ServerError):
         return source if isinstance(source, str) else None
 
 
+class StoreFullError(ServerError):
+    """507 from a capture store: it is above its memory high-water mark (or out of disk).
+
+    Not retried: memory comes back when rollouts are finalized and retired, not
+    within a model call; the write did not take effect (the call's capture is
+    lost, and its rollout masks). `memory` is what the store reported (`used`,
+    `max`, `fraction`, `high_water`), empty when it said nothing.
+    """
+
+    @property
+    def memory(self) -> dict[str, Any]:
+        body = self.body
+        memory = body.get("memory") if isinstance(body, dict) else None
+        return dict(memory) if isinstance(memory, dict) else {}
+
+
 _BY_STATUS: dict[int, type[APIStatusError]] = {
     400: BadRequestError,
     401: AuthenticationError,
@@ -179,6 +198,7 @@ _BY_STATUS: dict[int, type[APIStatusError]] = {
     409: ConflictError,
     413: PayloadTooLargeError,
     422: BadRequestError,
+    507: StoreFullError,
 }
 
 

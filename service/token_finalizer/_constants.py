@@ -199,6 +199,13 @@ REDIS_SCAN_COUNT = 1000
 # A put whose stored payload kept changing under it (only an admin delete can
 # do that) gives up after this many rounds.
 REDIS_PUT_ROUNDS = 4
+# Capture memory (docs/capacity.md): above this share of Redis's `maxmemory`
+# every write that adds capture data is refused at once (507); freeze, drop,
+# retire and sweep go on. None of it applies when `maxmemory` is 0.
+DEFAULT_MEMORY_HIGH_WATER = 0.9
+# A writer reads Redis's memory (`INFO memory stats`) at most this often: a
+# put or begin between two readings uses the last one.
+REDIS_MEMORY_CHECK_INTERVAL_S = 0.2
 # Largest request body the store server reads (one TokenEntry per PUT; a
 # 100k-token prompt is under 1 MB of JSON).
 STORE_MAX_BODY_BYTES = 64 * 1024 * 1024

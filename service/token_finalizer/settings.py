@@ -34,6 +34,7 @@ from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
     DEFAULT_MASK_FRACTION_MIN_SAMPLES,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MEMORY_HIGH_WATER,
     DEFAULT_ON_UNREACHABLE,
     DEFAULT_RETIRED_TTL_S,
     DEFAULT_SOURCE_NAME,
@@ -146,6 +147,10 @@ class SourceSettings(_Strict):
     min_replicas_acked: int = Field(default=0, ge=0)
     retired_ttl_s: float | None = Field(default=DEFAULT_RETIRED_TTL_S, gt=0, le=MAX_SETTING_SECONDS)
     abandoned_ttl_s: float | None = Field(default=None, gt=0, le=MAX_SETTING_SECONDS)
+    # redis only: capture writes refused (507) above this share of maxmemory (null:
+    # never), and an evicting maxmemory-policy accepted (docs/capacity.md).
+    memory_high_water: float | None = Field(default=DEFAULT_MEMORY_HIGH_WATER, gt=0, le=1)
+    allow_eviction: bool = False
     # A store that cannot be reached: answer 503 so the harness retries (nothing
     # was frozen), or mask the record. docs/configuration.md#sources
     on_unreachable: Literal["retry", "mask"] = DEFAULT_ON_UNREACHABLE
@@ -167,6 +172,8 @@ class SourceSettings(_Strict):
                 raise ValueError("a redis source takes no `token`; put credentials in `url`")
         elif self.urls is not None or self.cluster or self.min_replicas_acked:
             raise ValueError("`urls`, `cluster` and `min_replicas_acked` are for redis sources")
+        elif self.allow_eviction or "memory_high_water" in self.model_fields_set:
+            raise ValueError("`memory_high_water` and `allow_eviction` are for redis sources")
         if self.token == "":
             raise ValueError("`token` is empty; leave it out for no token")
         return self
@@ -186,6 +193,8 @@ class SourceSettings(_Strict):
                 "timeout_s": self.timeout_s,
                 "retired_ttl_s": self.retired_ttl_s,
                 "abandoned_ttl_s": self.abandoned_ttl_s,
+                "memory_high_water": self.memory_high_water,
+                "allow_eviction": self.allow_eviction,
             }
         return {}
 

@@ -26,6 +26,7 @@ from token_finalizer_client import (
     PermissionDeniedError,
     ServerError,
     SourceUnavailableError,
+    StoreFullError,
 )
 from token_finalizer_client._exceptions import error_for_status
 
@@ -190,3 +191,17 @@ def test_other_503_stays_a_server_error() -> None:
     """A 503 without a source (a proxy, a draining server) is a plain ServerError."""
     error = error_for_status(503, "Service Unavailable")
     assert type(error) is ServerError
+
+
+def test_507_is_store_full_with_the_stores_memory() -> None:
+    """A 507 is StoreFullError (a ServerError) carrying the body's `memory`."""
+    memory = {"used": 95, "max": 100, "fraction": 0.95, "high_water": 0.9}
+    error = error_for_status(507, {"error": "memory is above the mark", "memory": memory})
+    assert isinstance(error, StoreFullError) and isinstance(error, ServerError)
+    assert (error.memory, error.message) == (memory, "memory is above the mark")
+
+
+def test_507_without_memory_has_an_empty_memory() -> None:
+    """A 507 of a store that names no memory (a full disk) has `memory == {}`."""
+    error = error_for_status(507, {"error": "no space left"})
+    assert isinstance(error, StoreFullError) and error.memory == {}

@@ -76,6 +76,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _evicting_sources(settings: Any) -> list[str]:
+    """The redis sources refused for their eviction policy (docs/capacity.md#eviction)."""
+    if not any(source.kind == "redis" for source in settings.sources.values()):
+        return []
+    import asyncio
+
+    from token_finalizer.service.store_policy import evicting_sources
+
+    return asyncio.run(evicting_sources(settings))
+
+
 def serve(args: argparse.Namespace) -> int:
     """Validate the configuration, then serve until SIGTERM/SIGINT."""
     config_path = args.config or os.environ.get(CONFIG_ENV_VAR) or None
@@ -83,6 +94,12 @@ def serve(args: argparse.Namespace) -> int:
         settings = load_settings(config_path)
     except ConfigError as exc:
         print(f"token-finalizer serve: {exc}", file=sys.stderr)
+        return 2
+
+    refused = _evicting_sources(settings)
+    if refused:
+        for line in refused:
+            print(f"token-finalizer serve: {line}", file=sys.stderr)
         return 2
 
     import uvicorn

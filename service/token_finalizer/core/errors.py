@@ -9,6 +9,9 @@
     ├── CaptureRetired              a freeze or write after the snapshot was retired
     ├── CaptureCorrupt              a store whose files cannot be trusted any more
     ├── StoreFull                   a store out of disk space or quota: the call did not take effect
+    │   └── StoreMemoryFull         a Redis store above its memory high-water mark (or at
+    │                               `maxmemory`): a write that adds capture data was refused
+    ├── EvictionPolicyRefused       a Redis whose `maxmemory-policy` may evict capture keys
     └── SourceUnavailable           a remote store that cannot be reached or answers nonsense
         └── StoreUnreachable        no usable answer at all (refused, timed out, 502/503/504):
             │                       nothing changed in the store, so the call may be repeated
@@ -27,9 +30,11 @@ __all__ = [
     "CaptureError",
     "CaptureFrozen",
     "CaptureRetired",
+    "EvictionPolicyRefused",
     "InvalidRolloutId",
     "SourceUnavailable",
     "StoreFull",
+    "StoreMemoryFull",
     "StoreNodeUnreachable",
     "StoreUnreachable",
     "TokenEntryError",
@@ -82,6 +87,35 @@ class CaptureCorrupt(CaptureError):
 
 class StoreFull(CaptureError):
     """A store that ran out of space (ENOSPC, EFBIG, EDQUOT): nothing of the call was kept."""
+
+
+class StoreMemoryFull(StoreFull):
+    """A write that adds capture data, refused because the store's memory is (nearly) full.
+
+    `memory` is what the store reported: `used` and `max` bytes, `fraction`
+    and the `high_water` mark (empty when Redis itself refused before a
+    reading was taken). Freeze, drop and sweep still work: they free memory.
+    See docs/capacity.md.
+    """
+
+    def __init__(self, message: str, memory: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.memory: dict[str, object] = dict(memory or {})
+
+    @property
+    def details(self) -> dict[str, object]:
+        """What the store server's 507 carries beside the message."""
+        return {"memory": self.memory} if self.memory else {}
+
+    def __reduce__(self) -> tuple[type[StoreMemoryFull], tuple[str, dict[str, object]]]:
+        return type(self), (str(self), self.memory)
+
+
+class EvictionPolicyRefused(CaptureError):
+    """A Redis that may evict capture keys (any `maxmemory-policy` but `noeviction`).
+
+    Raised at start-up; the message names the policy, the node and the fix.
+    """
 
 
 class SourceUnavailable(CaptureError):

@@ -12,7 +12,12 @@ from typing import Any, Literal
 
 from token_finalizer.service.state import ServiceState
 
-__all__ = ["Readiness", "readiness"]
+__all__ = ["UNREADY_MEMORY_STATUSES", "Readiness", "readiness"]
+
+# A source's memory status that makes the process unready: its captures cannot be
+# trusted (keys evicted, or a policy that evicts them). `memory_full` does not: the
+# finalizer's freezes and retires are what free the store (docs/capacity.md).
+UNREADY_MEMORY_STATUSES = frozenset({"captures_evicted", "eviction_policy"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +47,8 @@ class Readiness:
 
 
 async def readiness(state: ServiceState) -> Readiness:
-    """Not ready while draining or when any configured source is unreachable.
+    """Not ready while draining or when any configured source is unreachable, or its
+    Redis evicted keys (or may); a source above its memory mark is reported, still ready.
 
     The shared guard's Redis is probed and reported, but never makes the
     process unready: the guard fails open by design.
@@ -54,4 +60,10 @@ async def readiness(state: ServiceState) -> Readiness:
     if down:
         error = f"source(s) unreachable: {', '.join(down)}"
         return Readiness("unavailable", sources, error, guard)
+    untrusted = sorted(
+        name for name, probe in sources.items() if probe.get("status") in UNREADY_MEMORY_STATUSES
+    )
+    if untrusted:
+        reasons = ", ".join(f"{name} ({sources[name]['status']})" for name in untrusted)
+        return Readiness("unavailable", sources, f"source(s) may lose captures: {reasons}", guard)
     return Readiness("ready", sources, guard=guard)

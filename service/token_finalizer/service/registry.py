@@ -22,7 +22,7 @@ from token_finalizer.service.errors import UnknownSource
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import Settings
 from token_finalizer.sources import open_source
-from token_finalizer.sources.base import CaptureSource, StagedExtras
+from token_finalizer.sources.base import CaptureSource, MemoryHealth, StagedExtras
 
 __all__ = ["InstrumentedSource", "SourceRegistry", "as_capture_source"]
 
@@ -49,6 +49,10 @@ class _Unprobed:
 
     async def ping(self) -> None:
         """Nothing to probe: reachable."""
+
+    async def memory_health(self) -> MemoryHealth | None:
+        """Nothing to report."""
+        return None
 
     async def close(self) -> None:
         await self.inner.close()
@@ -96,6 +100,10 @@ class InstrumentedSource:
     async def ping(self) -> None:
         """Reachability of the wrapped source."""
         await self._timed("ping", self.inner.ping())
+
+    async def memory_health(self) -> MemoryHealth | None:
+        """The wrapped source's memory (docs/capacity.md)."""
+        return await self.inner.memory_health()
 
     async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
         """The extras of staged calls, through the wrapped source."""
@@ -161,11 +169,18 @@ class SourceRegistry:
         """Ping every source concurrently: name -> {"reachable": bool, "error"?: str}.
 
         A store with several servers (a Redis Cluster) names the node that is down.
+        A store with a memory limit adds `memory`, and `status` (`memory_full`,
+        `captures_evicted`, `eviction_policy`) when it is not healthy
+        (docs/capacity.md).
         """
+
+        async def checked(source: InstrumentedSource) -> MemoryHealth | None:
+            await source.ping()
+            return await source.memory_health()
 
         async def probe(source: InstrumentedSource) -> dict[str, Any]:
             try:
-                await asyncio.wait_for(source.ping(), timeout=READY_PING_TIMEOUT_S)
+                memory = await asyncio.wait_for(checked(source), timeout=READY_PING_TIMEOUT_S)
             except TimeoutError:
                 return {"reachable": False, "error": f"no answer in {READY_PING_TIMEOUT_S}s"}
             except StoreNodeUnreachable as exc:
@@ -173,7 +188,12 @@ class SourceRegistry:
                 return {"reachable": False, "error": redact(str(exc))}
             except Exception as exc:
                 return {"reachable": False, "error": redact(describe_exception(exc))}
-            return {"reachable": True}
+            if memory is None:
+                return {"reachable": True}
+            answer: dict[str, Any] = {"reachable": True, "memory": memory.memory}
+            if memory.status is not None:
+                answer["status"] = memory.status
+            return answer
 
         names = self.names
         results = await asyncio.gather(*(probe(self._sources[n]) for n in names))

@@ -44,6 +44,7 @@ __all__ = [
     "CaptureStore",
     "FrozenLines",
     "LineageQuery",
+    "MemoryHealth",
     "ParsedStagedCall",
     "Skipped",
     "StagedExtras",
@@ -128,6 +129,22 @@ class FrozenLines:
     snapshot_id: str
     version: int
     staged: StagedLines | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHealth:
+    """A store's memory as /health and /ready report it (docs/capacity.md).
+
+    `status` is None while healthy, else `"memory_full"` (above the high-water
+    mark: writes that add capture data are refused, freeze and retire work)
+    or `"captures_evicted"` (Redis evicted keys while this process ran);
+    `memory` is `{"used", "max", "fraction", "high_water"}`; `evicted_keys`
+    counts the evictions since this process started.
+    """
+
+    status: str | None
+    memory: dict[str, Any]
+    evicted_keys: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +356,13 @@ class CaptureSource(Protocol):
 
     async def ping(self) -> None:
         """Return when the store can be reached now; raise SourceUnavailable otherwise."""
+        ...
+
+    async def memory_health(self) -> MemoryHealth | None:
+        """The store's memory (a Redis store, or a store server over one); None otherwise.
+
+        Called after a successful `ping` (it may reuse what the ping read).
+        """
         ...
 
     async def close(self) -> None:

@@ -53,7 +53,7 @@ from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redact
 from token_finalizer.sources._encoded_body import IDENTITY, decode_body, encoding_of
 from token_finalizer.sources._http_staged import STAGED_KIND, extras_of, staged_snapshot
-from token_finalizer.sources.base import StagedExtras
+from token_finalizer.sources.base import MemoryHealth, StagedExtras
 from token_finalizer_client.protocol import rollout_path
 from token_finalizer_client.transport import (
     RETRY_STATUSES,
@@ -83,8 +83,32 @@ def _loads_freeze(data: bytes, prompts: PromptReuse) -> Any:
 
 
 _T = TypeVar("_T")
-# How much of an unhealthy store's reason /ready repeats.
+# A store server's /health statuses that concern its memory, not its reach: such a
+# store answers freezes and retires (docs/capacity.md).
+_MEMORY_STATUSES = frozenset({"memory_full", "captures_evicted", "eviction_policy"})
+# How much of an unhealthy store's reason /ready repeats; the largest /health body read.
 _HEALTH_REASON_CHARS = 500
+_HEALTH_BODY_BYTES = 64 * 1024
+
+
+def _memory_of(response: httpx.Response) -> MemoryHealth | None:
+    """What a store server's /health says of its memory (docs/store-protocol.md#health)."""
+    if response.status_code not in (200, 503) or len(response.content) > _HEALTH_BODY_BYTES:
+        return None
+    try:
+        body = loads_json(response.content)
+    except ValueError:
+        return None
+    memory = body.get("memory") if isinstance(body, dict) else None
+    if not isinstance(memory, dict):
+        return None
+    status = body.get("status")
+    if response.status_code == 200:
+        return MemoryHealth(None, memory)
+    if status not in _MEMORY_STATUSES:
+        return None
+    evicted = _exactly(body.get("evicted_keys"), int) or 0
+    return MemoryHealth(str(status), memory, evicted)
 
 
 def _exactly(value: object, kind: type[_T]) -> _T | None:
@@ -175,6 +199,7 @@ class HttpTokenSource:
         self.max_retries = max_retries
         self._client = endpoint.open(transport)
         self._closed = False
+        self._memory: MemoryHealth | None = None
 
     def __repr__(self) -> str:  # never shows the token
         return f"HttpTokenSource(url={self.url!r})"
@@ -387,7 +412,12 @@ class HttpTokenSource:
         return extras_of(body, ids, where)
 
     async def ping(self) -> None:
-        """Raise SourceUnavailable unless `GET {url}/health` answers 200 (not retried)."""
+        """Raise SourceUnavailable unless `GET {url}/health` answers 200 (not retried).
+
+        A 503 about the store's memory (`memory_full`, `captures_evicted`,
+        `eviction_policy`) is no refusal: the store is reachable, and
+        `memory_health` repeats what it said.
+        """
         if self._closed:
             raise SourceUnavailable(f"the http source for {self.url} is closed")
         try:
@@ -396,7 +426,8 @@ class HttpTokenSource:
             raise SourceUnavailable(
                 f"capture store {self.url} is unreachable: {describe_exception(exc)}"
             ) from None
-        if response.status_code != 200:
+        self._memory = _memory_of(response)
+        if response.status_code != 200 and (self._memory is None or self._memory.status is None):
             # The store's own reason (its Redis down, its directory gone), cut short.
             answer = _Answer(response.status_code, response.headers, response.content, IDENTITY)
             reason = redact(answer.error_text())[:_HEALTH_REASON_CHARS]
@@ -404,6 +435,10 @@ class HttpTokenSource:
                 f"capture store {self.url} is not healthy: /health answered "
                 f"HTTP {response.status_code}: {reason}"
             )
+
+    async def memory_health(self) -> MemoryHealth | None:
+        """The memory the store server's /health reported at the last ping, if any."""
+        return self._memory
 
     async def close(self) -> None:
         """Close the connection pool; safe to call twice."""

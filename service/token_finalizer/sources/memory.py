@@ -31,6 +31,7 @@ from token_finalizer.sources.base import (
     CaptureReport,
     FrozenLines,
     LineageQuery,
+    MemoryHealth,
     SweepReport,
     SweepRules,
     SweptCapture,
@@ -227,6 +228,10 @@ class MemoryTokenStore(StagingDelegate):
         if rollout is not None and rollout.lineage.tokens >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
             return await asyncio.to_thread(self._resolve_lineage, rollout_id, query)
         return self._resolve_lineage(rollout_id, query)
+
+    async def memory_health(self) -> MemoryHealth | None:
+        """No memory limit to report (docs/capacity.md)."""
+        return None
 
     async def ping(self) -> None:
         """Always reachable."""

@@ -376,7 +376,7 @@ async def test_registry_reports_a_redis_source_reachable_or_not(redis_url: str) 
         reachability = await registry.reachability()
     finally:
         await registry.close()
-    assert reachability["up"] == {"reachable": True}
+    assert reachability["up"]["reachable"] is True and "status" not in reachability["up"]
     assert reachability["down"]["reachable"] is False
     assert reachability["down"]["error"].startswith("redis node 127.0.0.1:")
     assert PASSWORD not in reachability["down"]["error"]
@@ -392,7 +392,7 @@ def test_open_source_builds_a_redis_store(redis_url: str) -> None:
 
 
 def test_settings_accept_a_redis_source() -> None:
-    """url, key_prefix, timeout_s and the TTLs reach the store's options."""
+    """url, key_prefix, timeout_s, the TTLs and the memory rules reach the store's options."""
     settings = settings_from_mapping(
         {
             "sources": {
@@ -403,6 +403,8 @@ def test_settings_accept_a_redis_source() -> None:
                     "timeout_s": 3,
                     "abandoned_ttl_s": 86400,
                     "retired_ttl_s": None,
+                    "memory_high_water": 0.8,
+                    "allow_eviction": True,
                 }
             }
         },
@@ -416,6 +418,8 @@ def test_settings_accept_a_redis_source() -> None:
         "timeout_s": 3.0,
         "retired_ttl_s": None,
         "abandoned_ttl_s": 86400.0,
+        "memory_high_water": 0.8,
+        "allow_eviction": True,
     }
 
 

@@ -43,6 +43,8 @@ _REDIS_ONLY = (
     ("redis_cluster", "--redis-cluster"),
     ("redis_timeout", "--redis-timeout"),
     ("min_replicas_acked", "--min-replicas-acked"),
+    ("memory_high_water", "--memory-high-water"),
+    ("allow_eviction", "--allow-eviction"),
 )
 # Options whose "not given" is a default value rather than absence.
 _UNSET = {
@@ -183,6 +185,11 @@ def backend_of(args: argparse.Namespace, *, existing_dir: bool = True) -> Backen
         "retired_ttl_s": getattr(args, "retired_ttl", DEFAULT_RETIRED_TTL_S),
         "abandoned_ttl_s": getattr(args, "abandoned_ttl", None),
     }
+    # `store serve` only (docs/capacity.md): absent from the other commands' options.
+    if "memory_high_water" in vars(args):
+        options["memory_high_water"] = args.memory_high_water
+    if "allow_eviction" in vars(args):
+        options["allow_eviction"] = args.allow_eviction
     return Backend("redis", where, options)
 
 

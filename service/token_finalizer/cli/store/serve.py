@@ -15,7 +15,11 @@ import os
 import sys
 from typing import Any
 
-from token_finalizer._constants import DEFAULT_HOST, DEFAULT_STORE_PORT
+from token_finalizer._constants import (
+    DEFAULT_HOST,
+    DEFAULT_MEMORY_HIGH_WATER,
+    DEFAULT_STORE_PORT,
+)
 from token_finalizer.cli.store.backend import (
     Backend,
     add_backend_arguments,
@@ -66,6 +70,23 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: never)",
     )
     parser.add_argument(
+        "--memory-high-water",
+        type=_high_water,
+        default=argparse.SUPPRESS,
+        metavar="FRACTION",
+        help="with --redis: above this share of Redis's maxmemory, writes that add capture "
+        f"data are refused at once with 507 (default {DEFAULT_MEMORY_HIGH_WATER:g}; 'off': "
+        "never; no effect without maxmemory); freeze and retire go on (docs/capacity.md)",
+    )
+    parser.add_argument(
+        "--allow-eviction",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="with --redis: start even when Redis's maxmemory-policy may evict keys (any but "
+        "noeviction): evicted captures mask their rollouts, an evicted tombstone lets a late "
+        "writer refill a retired rollout; /health still turns 503 on evictions",
+    )
+    parser.add_argument(
         "--host", default=DEFAULT_HOST, help=f"bind address (default {DEFAULT_HOST})"
     )
     parser.add_argument(
@@ -90,6 +111,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
             help=f"a {role} token ({_ROLE_DOES[role]}); may repeat (default: the comma list "
             f"in ${ROLE_TOKENS_ENV_VARS[role]})",
         )
+
+
+def _high_water(text: str) -> float | None:
+    if text.strip().lower() == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (or 'off')") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the mark must be in (0, 1]")
+    return value
 
 
 def _role_tokens(args: argparse.Namespace, role: StoreRole) -> tuple[str, ...]:
@@ -141,6 +174,20 @@ def _server_logging() -> dict[str, Any]:
     return {"log_config": logging_config(access_logger=ACCESS_LOGGER), "access_log": False}
 
 
+async def _refuses_eviction(store: Any) -> str | None:
+    """Why a redis store may not be served (its policy may evict keys); None when it may."""
+    from token_finalizer.core.errors import CaptureError
+    from token_finalizer.sources.redis import RedisTokenStore
+
+    if not isinstance(store, RedisTokenStore):
+        return None
+    try:
+        await store.refuse_eviction()
+    except CaptureError as exc:  # EvictionPolicyRefused, or INFO refused or out of reach
+        return str(exc)
+    return None
+
+
 async def _serve(args: argparse.Namespace, backend: Backend) -> int:
     """Serve the backend's store until interrupted: checked reachable first, closed at the end."""
     import uvicorn
@@ -154,6 +201,10 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
             await store.ping()
         except CaptureError as exc:
             print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
+            return 2
+        refusal = await _refuses_eviction(store)
+        if refusal is not None:
+            print(f"error: {refusal}", file=sys.stderr)
             return 2
         app = create_store_app(store, tokens=_store_tokens(args))
         # h11 with a request-head deadline, and a connection cap (web/protocol.py).

@@ -29,7 +29,7 @@ from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._staging import entries_refused, staged_capture
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
-from token_finalizer.sources.base import FrozenLines, LineageQuery, StagedLines
+from token_finalizer.sources.base import FrozenLines, LineageQuery, MemoryHealth, StagedLines
 from token_finalizer.sources.file._capture import CaptureFiles
 from token_finalizer.sources.file._fs import (
     append_durably,
@@ -439,6 +439,10 @@ class FileTokenStore(StagingDelegate):
         return resolved
 
     # -- lifecycle -----------------------------------------------------------
+
+    async def memory_health(self) -> MemoryHealth | None:
+        """No memory limit to report (docs/capacity.md)."""
+        return None
 
     async def ping(self) -> None:
         """Reachable when the directory exists and is writable."""

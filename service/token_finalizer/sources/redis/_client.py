@@ -45,17 +45,19 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
-from token_finalizer._constants import REDIS_SCAN_COUNT
-from token_finalizer.core.errors import SourceUnavailable
+from token_finalizer._constants import DEFAULT_MEMORY_HIGH_WATER, REDIS_SCAN_COUNT
+from token_finalizer.core.errors import SourceUnavailable, StoreMemoryFull
 from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redacted_url
 from token_finalizer.core.store_urls import check_key_prefix, check_redis_seeds
+from token_finalizer.sources.redis._memory import MemoryWatch
 from token_finalizer.sources.redis._nodes import ping_every_primary, scan_every_primary
 from token_finalizer.sources.redis._retrying import RetryingRedis
 from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
 from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
 
 __all__ = [
+    "CAPTURE_WRITES",
     "ENTRY_KEY_PARTS",
     "KEY_PARTS",
     "READ_ONLY_SCRIPTS",
@@ -100,6 +102,10 @@ READ_ONLY_SCRIPTS: Final = frozenset(
     }
 )
 
+# Scripts that add capture data: refused at once above the memory high-water mark
+# (docs/capacity.md). Every other write frees memory or only flags (incomplete).
+CAPTURE_WRITES: Final = frozenset({"put", "begin_call", "ledger_record", "ledger_failure", "stage"})
+
 
 def text(value: object) -> str:
     """A Redis reply value as str (replies are bytes: the client does not decode)."""
@@ -121,6 +127,9 @@ class RedisConnection:
     Cluster (any of them; the client learns the rest). `client` may be given
     instead (a `redis.asyncio.Redis` or `RedisCluster` created by the caller,
     who then also owns closing it).
+
+    `memory_high_water` (a fraction of Redis's `maxmemory`; None: none) and
+    `allow_eviction` are the store's memory rules (`memory`, a MemoryWatch).
     """
 
     def __init__(
@@ -132,6 +141,8 @@ class RedisConnection:
         cluster: bool = False,
         min_replicas_acked: int = 0,
         client: Any = None,
+        memory_high_water: float | None = DEFAULT_MEMORY_HIGH_WATER,
+        allow_eviction: bool = False,
     ) -> None:
         self.key_prefix = check_key_prefix(key_prefix)
         if isinstance(min_replicas_acked, bool) or min_replicas_acked < 0:
@@ -150,6 +161,9 @@ class RedisConnection:
             label="redis store",
             where=self.where,
             client=client,
+        )
+        self.memory = MemoryWatch(
+            self.redis, high_water=memory_high_water, allow_eviction=allow_eviction
         )
         self._closed = False
         self._scripts = {name: LuaScript(script_source(name)) for name in SCRIPT_NAMES}
@@ -183,6 +197,19 @@ class RedisConnection:
         """
         keys = self.keys(rollout_id)
         self._check_open(what)
+        if script in CAPTURE_WRITES:
+            await self.memory.check_room(f"{what} of rollout {rollout_id}")
+        try:
+            return await self._run(script, keys, rollout_id, args, what)
+        except StoreMemoryFull as exc:
+            if exc.memory:
+                raise
+            # Redis's own OOM refusal: the same 507, naming the memory.
+            raise await self.memory.memory_full(f"{what} of rollout {rollout_id}") from None
+
+    async def _run(
+        self, script: str, keys: list[str], rollout_id: str, args: Sequence[Any], what: str
+    ) -> Any:
         lua = self._scripts[script]
         cluster = self.redis.cluster
         replicas = 0 if script in READ_ONLY_SCRIPTS else self.min_replicas_acked

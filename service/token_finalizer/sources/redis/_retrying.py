@@ -21,7 +21,8 @@ never a masked record, never a 500).
   old one knew; the old one is closed later, once calls on it are over;
 - an error a retry cannot cure is raised at once: refused credentials
   (StoreUnreachable: the store cannot be used, nothing was done), a request
-  Redis refuses (a script error, a key of the wrong type: SourceUnavailable);
+  Redis refuses (a script error, a key of the wrong type: SourceUnavailable),
+  Redis out of memory (OOM at `maxmemory`: StoreMemoryFull, docs/capacity.md);
 - `idempotent=False` (the guard's counting script) retries only errors that
   prove the command did not run (Redis answered with an error, or the
   client did not send it); after anything else it may have run once.
@@ -44,6 +45,7 @@ from redis.exceptions import (
     BusyLoadingError,
     DataError,
     NoPermissionError,
+    OutOfMemoryError,
     RedisClusterException,
     RedisError,
     ResponseError,
@@ -57,6 +59,7 @@ from token_finalizer._constants import (
 )
 from token_finalizer.core.errors import (
     SourceUnavailable,
+    StoreMemoryFull,
     StoreNodeUnreachable,
     StoreUnreachable,
 )
@@ -102,7 +105,8 @@ def _refused_request(exc: BaseException) -> bool:
     """True for a request Redis refuses as such (a script error, WRONGTYPE): it fails again.
 
     MOVED, ASK, TRYAGAIN, CLUSTERDOWN, READONLY, MASTERDOWN, NOSCRIPT, LOADING
-    and OOM have classes of their own and pass; so do BUSY and NOREPLICAS.
+    and OOM have classes of their own and pass (OOM is answered apart, at once);
+    so do BUSY and NOREPLICAS.
     """
     if isinstance(exc, DataError):
         return True
@@ -215,6 +219,10 @@ class RetryingRedis:
             ) from None
         if _refused_login(exc):
             raise StoreUnreachable(self._message(what, f"refused: {describe(exc)}")) from None
+        if isinstance(exc, OutOfMemoryError):
+            # Redis at `maxmemory` refused a write: no retry frees memory within a model
+            # call's time, so the writer hears it now (docs/capacity.md).
+            raise StoreMemoryFull(self._message(what, describe(exc))) from None
         if _refused_request(exc):
             raise SourceUnavailable(self._message(what, describe(exc))) from None
         if not idempotent and not _not_run(exc):

@@ -12,6 +12,12 @@ are laid out in `_client`. Retention is by TTL, set inside the same scripts:
 - a freeze removes any expiry: a frozen capture that was not retired is
   evidence and stays until it is dropped, deleted or swept.
 
+Memory (docs/capacity.md): above `memory_high_water` of Redis's `maxmemory`
+(or when Redis answers OOM) every write that adds capture data raises
+StoreMemoryFull at once, while freeze, drop, sweep and mark_incomplete go on
+(their scripts are allowed under OOM); `refuse_eviction` is the start-up
+check of the eviction policy, `memory_health` what /health reports.
+
 The operator's side (inspect, delete, sweep) is `RedisStoreAdmin`, reached as
 `store.admin`. External staging (the ledger and the staged calls, under the
 same hash tag and covered by the same drop, TTLs and sweep) is
@@ -27,6 +33,7 @@ from typing import Any
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
+    DEFAULT_MEMORY_HIGH_WATER,
     DEFAULT_RETIRED_TTL_S,
     PARSE_IN_THREAD_MIN_BYTES,
     REDIS_PUT_ROUNDS,
@@ -42,9 +49,10 @@ from token_finalizer.sources._lineage import resolve_committed
 from token_finalizer.sources._staging import entries_refused, staged_capture
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, line_digest
-from token_finalizer.sources.base import FrozenLines, LineageQuery
+from token_finalizer.sources.base import FrozenLines, LineageQuery, MemoryHealth
 from token_finalizer.sources.redis._client import RedisConnection, text
 from token_finalizer.sources.redis._lineage import RedisLineage, index_arguments
+from token_finalizer.sources.redis._memory import MemoryReading
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
 from token_finalizer.sources.redis.staging import RedisStaging
 
@@ -112,12 +120,17 @@ class RedisTokenStore(StagingDelegate):
         cluster: bool = False,
         min_replicas_acked: int = 0,
         client: Any = None,
+        memory_high_water: float | None = DEFAULT_MEMORY_HIGH_WATER,
+        allow_eviction: bool = False,
     ) -> None:
         """`url` names one server, or a seed node with `cluster=True`; `urls` several seeds.
 
         `timeout_s` is each operation's deadline, retries included
         (docs/store-protocol.md#redis-cluster); `min_replicas_acked` N makes
         every state change wait for N replicas before it is acknowledged.
+        `memory_high_water` is the share of `maxmemory` above which capture
+        writes are refused (None: never); `allow_eviction` lets
+        `refuse_eviction` accept an evicting policy (docs/capacity.md).
         """
         self._retired_ms = _milliseconds(retired_ttl_s, "retired_ttl_s")
         self._abandoned_ms = _milliseconds(abandoned_ttl_s, "abandoned_ttl_s")
@@ -133,6 +146,8 @@ class RedisTokenStore(StagingDelegate):
             cluster=cluster,
             min_replicas_acked=min_replicas_acked,
             client=client,
+            memory_high_water=memory_high_water,
+            allow_eviction=allow_eviction,
         )
         self._staging = RedisStaging(self._redis, abandoned_ms=self._abandoned_ms)
         self._lineage = RedisLineage(self._redis)
@@ -319,6 +334,25 @@ class RedisTokenStore(StagingDelegate):
     async def ping(self) -> None:
         """Raise SourceUnavailable unless the server answers PING."""
         await self._redis.ping()
+
+    # -- memory (docs/capacity.md) -------------------------------------------------------------
+
+    @property
+    def memory_reading(self) -> MemoryReading | None:
+        """The latest reading of Redis's memory, if any (what metrics export)."""
+        return self._redis.memory.last
+
+    async def refuse_eviction(self) -> MemoryReading:
+        """The start-up check: EvictionPolicyRefused when Redis (any primary) may evict our
+        keys and `allow_eviction` is off; remembers the evictions so far."""
+        return await self._redis.memory.refuse_eviction()
+
+    async def memory_health(self) -> MemoryHealth:
+        """A fresh reading: `memory_full` above the mark, `captures_evicted` after evictions."""
+        watch = self._redis.memory
+        reading = await watch.read()
+        evicted = reading.evicted_keys - (watch.evicted_at_start or 0)
+        return MemoryHealth(watch.verdict(reading), reading.to_dict(), max(0, evicted))
 
     async def close(self) -> None:
         """Close the connection pool (a client passed in stays the caller's); idempotent."""

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Admin only: remove every key of one rollout, tombstone included; answers the keys removed.
 local removed = {}
 for i = 1, #KEYS do

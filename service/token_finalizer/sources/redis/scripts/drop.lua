@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Retire exactly one frozen snapshot: delete the data, keep the state as a tombstone.
 -- ARGV: snapshot id, version (decimal), retired TTL ms (0: keep the tombstone).
 -- Answers 1 (retired now or before) | 0 (not that snapshot).

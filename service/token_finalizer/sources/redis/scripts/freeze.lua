@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Freeze (idempotent) and read the snapshot in the same script.
 -- ARGV: a fresh snapshot id, used only by the first freeze.
 -- Answers {'ok', snapshot_id, version, incomplete 0/1, {line, ...} in put order}

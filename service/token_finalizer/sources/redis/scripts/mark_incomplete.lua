@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Record that a call (or the rollout as a whole) failed to capture; allowed after a freeze.
 -- ARGV: call id ("" for the rollout as a whole), abandoned TTL ms.
 -- Answers {'ok', version} | {'retired'} | {'family'} (a staging rollout).

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Check one capture against the sweep rules and remove it when they say so, atomically.
 -- ARGV: retired older than (s), abandoned older than (s, "" never), now (s, "" the server's
 -- clock), "1" for a dry run, empty older than (s, "" never).
