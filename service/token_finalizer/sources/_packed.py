@@ -48,7 +48,9 @@ __all__ = [
     "from_file_line",
     "is_packed",
     "pack",
+    "record_base",
     "record_call",
+    "render_from",
     "stored_value",
 ]
 
@@ -73,6 +75,7 @@ class Packed:
     call_id: str
     digest: str
     record: bytes
+    base: str | None  # the call whose ids the prompt starts with (a reference), or None
 
 
 def is_packed(stored: bytes) -> bool:
@@ -202,7 +205,7 @@ def pack(
     # Kept only when it reads back as the very line (any encoder quirk: the line itself).
     if known.copy_for_probe().expand(record) != line:
         return None
-    return Packed(parsed.model_call_id, digest, record)
+    return Packed(parsed.model_call_id, digest, record, base if mode == REF else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +272,30 @@ def _parse(record: bytes) -> _Record:
         generation,
         log_probs.astype(np.float64),
     )
+
+
+def record_base(record: bytes) -> str | None:
+    """The call a packed record refers to for its prompt's prefix, or None."""
+    parsed = _parse(record)
+    return parsed.base if parsed.mode == REF else None
+
+
+def render_from(call_id: str, values: Mapping[str, bytes]) -> bytes | None:
+    """The canonical line of `call_id` from stored values holding its reference chain
+    (each referred call's value); None when one of them is missing."""
+    chain: list[bytes] = []
+    at: str | None = call_id
+    while at is not None:
+        value = values.get(at)
+        if value is None or len(chain) > len(values):
+            return None
+        chain.append(value)
+        at = record_base(value) if is_packed(value) else None
+    known = RolloutIds()
+    line = b""
+    for value in reversed(chain):
+        line = known.expand(value)
+    return line
 
 
 def record_call(record: bytes) -> tuple[str, str]:
@@ -438,10 +465,11 @@ def expand_lines(stored: Iterable[bytes]) -> tuple[bytes, ...]:
 
 def stored_value(
     payload: Mapping[str, Any], line: bytes, digest: str, parsed: TokenEntry, known: RolloutIds
-) -> bytes:
+) -> tuple[bytes, str | None]:
     """What a store keeps for a new entry (its packed record, or its line), learnt by
-    `known` (the rollout's ids, as far as this store knows them)."""
+    `known` (the rollout's ids, as far as this store knows them), and the call whose ids
+    it refers to (None: none)."""
     packed = pack(payload, line, digest, parsed, known)
     value = line if packed is None else packed.record
     known.learn(value, parsed)
-    return value
+    return value, None if packed is None else packed.base

@@ -133,7 +133,7 @@ class MemoryTokenStore(StagingDelegate):
                 )
             rollout.lines[parsed.model_call_id] = stored_value(
                 payload, line, digest, parsed, rollout.ids
-            )
+            )[0]
             rollout.state.record_put(parsed.model_call_id, digest)
             link = rollout.lineage.add(parsed)
             if link is not None:

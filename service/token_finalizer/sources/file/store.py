@@ -25,6 +25,7 @@ from token_finalizer.core.lineage_chains import ChainCache
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE
 from token_finalizer.core.lineage_resolution import Resolution, check_resolution_request
 from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
+from token_finalizer.sources._known import KnownIds
 from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._packed import (
     FILE_MARKER,
@@ -50,7 +51,6 @@ from token_finalizer.sources.file._fs import (
     truncate,
 )
 from token_finalizer.sources.file._index import FileLineageIndexes
-from token_finalizer.sources.file._known import KnownIds
 from token_finalizer.sources.file.admin import FileStoreAdmin
 from token_finalizer.sources.file.staging import FileStaging
 
@@ -175,6 +175,14 @@ def _frozen_lines(files: CaptureFiles, state: CaptureState) -> tuple[bytes, ...]
     return _canonical_lines(_read_indexed(files, state))
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
 def _check_entries_writable(files: CaptureFiles, state: CaptureState, rollout_id: str) -> None:
     """A token-capture write: refused once frozen or retired, and for a staging rollout."""
     state.check_writable(rollout_id)
@@ -238,9 +246,10 @@ class FileTokenStore(StagingDelegate):
                 )
             if decision is PutDecision.SAME:
                 return
-            known = self._known.for_put(parsed.rollout_id, files.jsonl, state, parsed)
+            identity = _identity(files.jsonl)
+            known = self._known.for_put(parsed.rollout_id, identity, state.entry_digests, parsed)
             try:
-                value = stored_value(payload, line, digest, parsed, known.ids)
+                value, _ = stored_value(payload, line, digest, parsed, known.ids)
                 stored = line if value is line else file_line(value)
                 start = append_durably(files.jsonl, stored + b"\n")
                 state.record_put(parsed.model_call_id, digest)

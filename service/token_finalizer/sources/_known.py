@@ -1,35 +1,36 @@
-"""What a file store knows of the rollouts it writes: their calls' cumulative ids.
+"""What a store knows of the rollouts it writes: their calls' cumulative ids.
 
 Packing a put as a reference to its parent's ids (sources/_packed.py) needs
-those ids; rereading the jsonl for them would make every put O(capture). So
-each store keeps, for the rollouts it wrote recently, the ids of the calls
-it stored itself, tied to the jsonl's identity and to each call's line
-digest: a jsonl replaced, or a parent whose stored digest is not the one
-this process wrote, starts afresh (the put is then packed without a
-reference). Other processes' calls are not known: their children are stored
-without a reference, which is still exact.
+those ids; rereading the capture for them would make every put O(capture).
+So each store keeps, for the rollouts it wrote recently, the ids of the
+calls it stored itself, tied to an identity of the capture (the file store:
+the jsonl's device and inode) and to each call's line digest: a capture
+replaced, or a parent whose stored digest is not the one this process wrote,
+starts afresh (the put is then packed without a reference; the redis put
+script checks the parent's digest itself). Other processes' calls are not
+known: their children are stored without a reference, which is still exact.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
-from pathlib import Path
+from collections.abc import Mapping
 
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.sources._packed import RolloutIds
-from token_finalizer.sources._state import CaptureState
 
 __all__ = ["KnownIds"]
 
-_Identity = tuple[int, int]
+_Identity = tuple[int, int] | None
 
 
 class _Known:
+    """One rollout's ids and the digests of the calls they were learnt from."""
+
     __slots__ = ("digests", "identity", "ids")
 
-    def __init__(self, identity: _Identity | None) -> None:
+    def __init__(self, identity: _Identity) -> None:
         self.identity = identity
         self.ids = RolloutIds()
         self.digests: dict[str, str] = {}
@@ -38,14 +39,6 @@ class _Known:
         """The call's line is in the jsonl `identity` now."""
         self.identity = identity
         self.digests[call_id] = digest
-
-
-def _identity(path: Path) -> _Identity | None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    return (info.st_dev, info.st_ino)
 
 
 class KnownIds:
@@ -62,10 +55,14 @@ class KnownIds:
             self._rollouts.pop(rollout_id, None)
 
     def for_put(
-        self, rollout_id: str, jsonl: Path, state: CaptureState, entry: TokenEntry
+        self,
+        rollout_id: str,
+        identity: _Identity,
+        stored_digests: Mapping[str, str] | None,
+        entry: TokenEntry,
     ) -> _Known:
-        """What is known of the rollout, checked against its jsonl (under its lock)."""
-        identity = _identity(jsonl)
+        """What is known of the rollout, checked against the capture's identity and (when
+        given) the digests it holds."""
         with self._lock:
             known = self._rollouts.get(rollout_id)
             parent = entry.parent_call_id
@@ -73,9 +70,10 @@ class KnownIds:
                 known is None
                 or known.identity != identity
                 or (
-                    parent is not None
+                    stored_digests is not None
+                    and parent is not None
                     and parent in known.digests
-                    and state.entry_digests.get(parent) != known.digests[parent]
+                    and stored_digests.get(parent) != known.digests[parent]
                 )
             ):
                 known = self._rollouts[rollout_id] = _Known(identity)
