@@ -11,7 +11,8 @@ Redis), and into the in-process stand-in of Gym's own file store (`bench/_gym_ba
 Printed per side and layout: bytes at rest per rollout (a directory: every file of the
 rollout; Redis: `MEMORY USAGE` of every key of the rollout) and the ratio to the floor
 (distinct ids x 4 B + generated log probs x 4 B), then the wire bytes of the last call's
-put body, full prompt against its delta record. See docs/store-protocol.md#packed-at-rest.
+put body: the full prompt, what our sink sends for it (a delta put), and Gym's delta
+record. See docs/store-protocol.md#packed-at-rest and #delta-put.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from bench._hotpath_workload import Workload
 from tests.support.redis import redis_url as find_redis_url
 from tests.support.redis import unique_prefix
 from tests.support.servers import free_port, running_process
+from token_finalizer_client import HttpTokenSink
 
 BACKENDS = ("dir", "redis")
 LAYOUTS = ("full", "delta")
@@ -116,8 +118,9 @@ async def measure(workload: Workload, backends: tuple[str, ...], url: str) -> li
     return found
 
 
-def wire_bytes(workload: Workload) -> tuple[int, int]:
-    """The put body of one rollout's last call: full prompt, and as a delta record."""
+def wire_bytes(workload: Workload) -> tuple[int, int, int]:
+    """The put body of one rollout's last call: the full prompt, what our sink sends for it
+    (its parent's prefix by reference + the suffix), and Gym's own delta record."""
     sizes = []
     for delta in (False, True):
         script = Workload(1, workload.calls, delta).scripts()[0]
@@ -129,9 +132,15 @@ def wire_bytes(workload: Workload) -> tuple[int, int]:
         assert parent is not None
         cumulative = parent.prompt_token_ids + parent.generation_token_ids
         resolution = _Resolved(_Match(parent.model_call_id, cumulative))
-        entry = stamp_entry(call, resolution, delta)
-        sizes.append(len(orjson.dumps(entry.model_dump(mode="json"))))
-    return sizes[0], sizes[1]
+        payload = stamp_entry(call, resolution, delta).model_dump(mode="json")
+        sizes.append(len(orjson.dumps(payload)))
+        if not delta:
+            sink = HttpTokenSink(url="http://127.0.0.1:9")  # never connects: only builds
+            sink._sent.keep(call.rollout_id, parent.model_call_id, tuple(cumulative))
+            body = sink._delta_body(call.rollout_id, payload)
+            assert body is not None
+            sizes.append(len(orjson.dumps(body)))
+    return sizes[0], sizes[1], sizes[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +156,7 @@ class _Resolved:
     reason: str = ""
 
 
-def report(rows: list[Footprint], wire: tuple[int, int], workload: Workload) -> str:
+def report(rows: list[Footprint], wire: tuple[int, int, int], workload: Workload) -> str:
     lines = [
         f"footprint: {workload.rollouts} rollouts x {workload.calls} calls, "
         f"+{workload.new_prompt_tokens}/+{workload.new_generation_tokens} tokens a turn; "
@@ -158,10 +167,11 @@ def report(rows: list[Footprint], wire: tuple[int, int], workload: Workload) -> 
         lines.append(
             f"{row.side:<14} {row.layout:<6} {row.bytes_per_rollout / 1e6:>11.3f} {row.ratio:>8.2f}"
         )
-    full, delta = wire
+    full, sent, delta = wire
     lines.append(
-        f"wire: last call's put body {full / 1e3:.1f} KB full prompt, "
-        f"{delta / 1e3:.1f} KB delta record ({full / delta:.1f}x)"
+        f"wire: last call's put body {full / 1e3:.1f} KB full prompt; our sink sends "
+        f"{sent / 1e3:.1f} KB for it (delta put), {sent / delta:.2f}x Gym's "
+        f"{delta / 1e3:.1f} KB delta record"
     )
     return "\n".join(lines)
 

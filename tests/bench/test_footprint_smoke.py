@@ -24,9 +24,10 @@ async def test_every_side_is_measured_against_the_floor() -> None:
 
 
 async def test_the_report_shows_the_wire_bytes_of_both_prompt_forms() -> None:
-    """A full-prompt put body is larger than its delta record, and the report says both."""
+    """Our sink's delta put of a full-prompt call is smaller than the full put, and the
+    report says both."""
     workload = Workload(rollouts=1, calls=3, delta=False)
-    full, delta = wire_bytes(workload)
-    assert full > delta > 0
+    full, sent, delta = wire_bytes(workload)
+    assert full > sent > 0 and delta > 0
     rows = await measure(workload, (), redis_url())
-    assert f"{full / 1e3:.1f} KB full prompt" in report(rows, (full, delta), workload)
+    assert f"{full / 1e3:.1f} KB full prompt" in report(rows, (full, sent, delta), workload)

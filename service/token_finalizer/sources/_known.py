@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 from token_finalizer.core.entries import TokenEntry
+from token_finalizer.core.token_ids import Ids
 from token_finalizer.sources._packed import RolloutIds
 
 __all__ = ["KnownIds"]
@@ -48,6 +49,14 @@ class KnownIds:
         self.max_rollouts = max_rollouts
         self._rollouts: OrderedDict[str, _Known] = OrderedDict()
         self._lock = threading.Lock()
+
+    def ids_of(self, rollout_id: str, call_id: str) -> Ids | None:
+        """The cumulative ids this store wrote for a call, or None."""
+        with self._lock:
+            known = self._rollouts.get(rollout_id)
+            if known is None or call_id not in known.digests:
+                return None
+            return known.ids.get(call_id)
 
     def forget(self, rollout_id: str) -> None:
         """Drop what is known of a rollout (removed, or a put that did not land)."""

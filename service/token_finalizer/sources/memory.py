@@ -22,6 +22,7 @@ from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_chains import ChainCache, ScopedChains, remember_committed
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE, RolloutLineage
 from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.core.token_ids import Ids
 from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._packed import RolloutIds, expand_lines, stored_value
@@ -241,6 +242,15 @@ class MemoryTokenStore(StagingDelegate):
         if rollout is not None and rollout.lineage.tokens >= STORE_ENCODE_IN_THREAD_MIN_TOKENS:
             return await asyncio.to_thread(self._resolve_lineage, rollout_id, query)
         return self._resolve_lineage(rollout_id, query)
+
+    async def cumulative_ids(self, rollout_id: str, model_call_id: str) -> Ids | None:
+        """A stored call's cumulative ids (prompt + generation), or None (a delta put's
+        parent, docs/store-protocol.md#delta-put)."""
+        with self._lock:
+            rollout = self._rollouts.get(check_store_id(rollout_id))
+            if rollout is None or rollout.state.retired:
+                return None
+            return rollout.ids.get(model_call_id)
 
     async def ping(self) -> None:
         """Always reachable."""

@@ -24,6 +24,7 @@ from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_chains import ChainCache
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE
 from token_finalizer.core.lineage_resolution import Resolution, check_resolution_request
+from token_finalizer.core.token_ids import Ids
 from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
 from token_finalizer.sources._known import KnownIds
 from token_finalizer.sources._lineage import resolve_query
@@ -488,6 +489,11 @@ class FileTokenStore(StagingDelegate):
         return resolved
 
     # -- lifecycle -----------------------------------------------------------
+
+    async def cumulative_ids(self, rollout_id: str, model_call_id: str) -> Ids | None:
+        """The cumulative ids of a call this process stored (None: not at hand; a delta
+        put's parent, docs/store-protocol.md#delta-put)."""
+        return self._known.ids_of(check_store_id(rollout_id), model_call_id)
 
     async def ping(self) -> None:
         """Reachable when the directory exists and is writable."""

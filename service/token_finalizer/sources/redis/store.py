@@ -42,6 +42,7 @@ from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceU
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.store_urls import check_redis_url
+from token_finalizer.core.token_ids import Ids
 from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
 from token_finalizer.sources._known import KnownIds
 from token_finalizer.sources._lineage import resolve_committed
@@ -406,6 +407,11 @@ class RedisTokenStore(StagingDelegate):
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    async def cumulative_ids(self, rollout_id: str, model_call_id: str) -> Ids | None:
+        """The cumulative ids of a call this process stored (None: not at hand; a delta
+        put's parent, docs/store-protocol.md#delta-put)."""
+        return self._known.ids_of(check_store_id(rollout_id), model_call_id)
 
     async def ping(self) -> None:
         """Raise SourceUnavailable unless the server answers PING."""
