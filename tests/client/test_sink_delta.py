@@ -15,20 +15,29 @@ import pytest
 
 from tests.support.captures import make_entry
 from tests.support.lineage import stamp_lineage
+from tests.support.redis import redis_url, unique_prefix
 from tests.support.servers import running_app
 from token_finalizer import FileTokenStore, MemoryTokenStore
 from token_finalizer.core.codec import dumps_entry_line
 from token_finalizer.core.token_digest import token_digest
+from token_finalizer.sources.redis import RedisTokenStore
 from token_finalizer.store_server import create_store_app
 from token_finalizer_client import HttpTokenSink
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """A memory, then a file store behind the server."""
-    return MemoryTokenStore() if request.param == "memory" else FileTokenStore(tmp_path / "c")
+@pytest.fixture(params=["memory", "file", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A memory, a file, then a redis store behind the server."""
+    if request.param == "memory":
+        yield MemoryTokenStore()
+    elif request.param == "file":
+        yield FileTokenStore(tmp_path / "c")
+    else:
+        url = redis_url()
+        with unique_prefix(url, "sink-delta") as prefix:
+            yield RedisTokenStore(url, key_prefix=prefix)
 
 
 @pytest.fixture

@@ -202,7 +202,7 @@ class RedisTokenStore(StagingDelegate):
         self._lineage = RedisLineage(self._redis)
         self._known = KnownIds(LINEAGE_INDEX_MAX_ROLLOUTS)
         self._pack_lock = threading.Lock()
-        self._admin = RedisStoreAdmin(self._redis, self._staging, on_removed=self._lineage.forget)
+        self._admin = RedisStoreAdmin(self._redis, self._staging, on_removed=self._forget)
 
     def __repr__(self) -> str:  # never shows a password
         return f"RedisTokenStore({self._redis.where!r}, key_prefix={self.key_prefix!r})"
@@ -407,6 +407,11 @@ class RedisTokenStore(StagingDelegate):
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def _forget(self, rollout_id: str) -> None:
+        """Drop what this process holds of a rollout it deleted or swept."""
+        self._lineage.forget(rollout_id)
+        self._known.forget(rollout_id)
 
     async def cumulative_ids(self, rollout_id: str, model_call_id: str) -> Ids | None:
         """The cumulative ids of a call this process stored (None: not at hand; a delta
