@@ -182,3 +182,40 @@ async def test_capabilities_name_the_delta_put(store_url: str) -> None:
         answer = await client.get("/capabilities")
     assert answer.status_code == 200
     assert answer.json()["protocol"] == 1 and "delta_put" in answer.json()["features"]
+
+
+def _plain_v1_store(bodies: list[dict[str, Any]]) -> Any:
+    """A store knowing no extension: it accepts puts and has no /capabilities."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def put(request: Request) -> JSONResponse:
+        bodies.append(await request.json())
+        return JSONResponse({"stored": True})
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    return Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/ng-rollout/{rid}/training-token-capture/calls/{cid}", put, methods=["PUT"]),
+        ]
+    )
+
+
+async def test_a_store_without_the_feature_gets_full_entries() -> None:
+    """Against a store that does not advertise delta_put, every entry goes whole."""
+    bodies: list[dict[str, Any]] = []
+    rid = _rid()
+    entries = _chain(rid, 3)
+    with running_app(_plain_v1_store(bodies)) as url:
+        sink = HttpTokenSink(url=url)
+        try:
+            for entry in entries:
+                await sink.put(entry)
+        finally:
+            await sink.close()
+    assert bodies == entries
