@@ -70,6 +70,9 @@ COMPACT_TOKENS = ("tokens", "compact")
 # all rollouts (least recently resolved dropped first): a tuple costs 8 bytes
 # per id beyond the ints, which the model server holds for its own prompts.
 RESOLVER_KNOWN_IDS_BUDGET = 4_000_000
+# The cumulative ids of calls an HttpTokenSink put itself, kept (LRU, over all rollouts)
+# to send the next call's prompt as its parent's prefix + suffix (docs/store-protocol.md#delta-put).
+SINK_SENT_IDS_BUDGET = 4_000_000
 # finalize_many: calls in flight by default, and how far past the oldest
 # unfinished record it may start (a multiple of the concurrency), which bounds
 # the answers held back waiting for a slow one.

@@ -38,9 +38,13 @@ from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._exchange import AnswerLimits, AsyncPool, HttpxAsyncPool, Reply
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries
 from token_finalizer_client._url_credentials import masked, sent_as_auth
-from token_finalizer_client._wire import WireRequest, default_headers
+from token_finalizer_client._wire import WireRequest, decode_body, default_headers
 
 __all__ = ["PooledStore", "StoreConnection", "StoreEndpoint"]
+
+
+# Asked once per connection; a 404 (an older store) is an answer, not a reason to retry.
+_CAPABILITIES_REQUEST = WireRequest("GET", "/capabilities", retry_statuses=frozenset())
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +211,28 @@ class StoreConnection(PooledStore):
         self._transport = transport
         self._client: AsyncPool | None = None
         self._closed = False
+        self._features: frozenset[str] | None = None
+
+    async def _supports(self, feature: str) -> bool:
+        """Whether the store advertises `feature` at `GET /capabilities` (asked once, cached;
+        a store without the route has none). docs/store-protocol.md#capabilities."""
+        if self._features is None:
+            reply = await self._call(_CAPABILITIES_REQUEST)
+            features: frozenset[str] = frozenset()
+            if reply.status_code == 200:
+                try:
+                    body = decode_body(reply)
+                except (ValueError, FinalizerError):
+                    body = None
+                listed = body.get("features") if isinstance(body, dict) else None
+                if isinstance(listed, list):
+                    features = frozenset(name for name in listed if isinstance(name, str))
+            self._features = features
+        return feature in self._features
+
+    def _forget_capabilities(self) -> None:
+        """Ask again next time (after a 404/405/422 on an extension request)."""
+        self._features = None
 
     def _http(self) -> AsyncPool:
         if self._closed:

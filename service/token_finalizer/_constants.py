@@ -125,6 +125,9 @@ DEFAULT_REDIS_PORT = 6379
 # Bodies of at least this size are parsed, and their answers encoded, in a
 # worker thread so one large rollout does not stall every other request.
 PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# Packed entries stored in at least this many bytes are expanded into their lines in a
+# worker thread (they expand to several times as much; docs/store-protocol.md#packed-at-rest).
+EXPAND_IN_THREAD_MIN_BYTES = 256 * 1024
 # Answers carrying at least this many token ids are encoded in a worker thread.
 ENCODE_IN_THREAD_MIN_TOKENS = 200_000
 # Latency histogram buckets (seconds): small rollouts take milliseconds, the
@@ -150,6 +153,9 @@ HTTP_DEADLINE_TIMEOUTS = 3
 # Freeze answers of at least this size (and every zstd one) are decoded and
 # parsed in a worker thread: the 5M-token snapshot takes about 0.2 s.
 HTTP_PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# Packed entries stored in at least this many bytes are expanded into their lines in a
+# worker thread (they expand to several times as much; docs/store-protocol.md#packed-at-rest).
+EXPAND_IN_THREAD_MIN_BYTES = 256 * 1024
 # Largest decoded answer the http source accepts from a capture store (a zstd
 # body is tiny on the wire; this bounds what it may expand to).
 HTTP_MAX_ANSWER_BYTES = 1024 * 1024 * 1024

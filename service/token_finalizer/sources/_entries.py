@@ -14,7 +14,7 @@ from token_finalizer.core.codec import (
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.errors import TokenEntryError
 
-__all__ = ["entry_payload"]
+__all__ = ["entry_parts", "entry_payload"]
 
 
 def entry_payload(entry: object) -> tuple[TokenEntry, bytes]:
@@ -23,6 +23,12 @@ def entry_payload(entry: object) -> tuple[TokenEntry, bytes]:
     Returns the parsed entry and the compact sorted-key line the stores keep
     (and digest): the payload as given, so unknown fields survive.
     """
+    parsed, line, _ = entry_parts(entry)
+    return parsed, line
+
+
+def entry_parts(entry: object) -> tuple[TokenEntry, bytes, Mapping[str, Any]]:
+    """`entry_payload`, and the payload its line encodes (what packing cuts up)."""
     if isinstance(entry, TokenEntry):
         payload = entry.to_dict()
     elif isinstance(entry, Mapping):
@@ -48,7 +54,7 @@ def entry_payload(entry: object) -> tuple[TokenEntry, bytes]:
             )
     if not line:
         raise TokenEntryError("the entry holds a value that is not JSON")
-    return parsed, line
+    return parsed, line, payload
 
 
 _INTEGER_LOW, _INTEGER_END = -(2**63), 2**64

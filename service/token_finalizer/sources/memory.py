@@ -22,8 +22,10 @@ from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_chains import ChainCache, ScopedChains, remember_committed
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE, RolloutLineage
 from token_finalizer.core.lineage_resolution import Resolution
-from token_finalizer.sources._entries import entry_payload, same_payload
+from token_finalizer.core.token_ids import Ids
+from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
 from token_finalizer.sources._lineage import resolve_query
+from token_finalizer.sources._packed import RolloutIds, expand_lines, stored_value
 from token_finalizer.sources._staging import entries_refused
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
@@ -40,12 +42,15 @@ from token_finalizer.sources.memory_staging import MemoryStaging, RolloutStaging
 
 __all__ = ["MemoryStoreAdmin", "MemoryTokenStore"]
 
+_WHERE = "the memory store"
+
 
 @dataclass(slots=True)
 class _Rollout:
     state: CaptureState = field(default_factory=CaptureState)
-    entries: dict[str, TokenEntry] = field(default_factory=dict)
+    # call id -> the stored value: its packed record or its line (sources/_packed.py)
     lines: dict[str, bytes] = field(default_factory=dict)
+    ids: RolloutIds = field(default_factory=RolloutIds)
     intents: set[str] = field(default_factory=set)
     failed_calls: list[str] = field(default_factory=list)
     updated_at: float = field(default_factory=time.time)
@@ -53,14 +58,23 @@ class _Rollout:
     lineage: RolloutLineage = field(init=False)
 
     def __post_init__(self) -> None:
-        self.lineage = RolloutLineage(self.entries.get)
+        self.lineage = RolloutLineage(self.load)
+
+    def load(self, call_id: str) -> TokenEntry | None:
+        """One stored call, read back from its stored value (the lineage index's loader)."""
+        stored = self.lines.get(call_id)
+        return None if stored is None else TokenEntry.from_json(self.ids.render(stored))
+
+    def entry_lines(self) -> tuple[bytes, ...]:
+        """The canonical lines of the stored entries, in put order."""
+        return expand_lines(self.lines.values())
 
     def missing_calls(self) -> set[str]:
-        return self.intents - self.entries.keys()
+        return self.intents - self.lines.keys()
 
     def holds_entries(self) -> bool:
         """Whether token capture wrote anything (then staging is refused)."""
-        return bool(self.state.incomplete or self.entries or self.intents or self.failed_calls)
+        return bool(self.state.incomplete or self.lines or self.intents or self.failed_calls)
 
     def holds_nothing(self) -> bool:
         return not (self.holds_entries() or self.staging.holds_any())
@@ -97,7 +111,7 @@ class MemoryTokenStore(StagingDelegate):
 
     async def put(self, entry: TokenEntry | Mapping[str, Any]) -> None:
         """Store one call; the same payload again is a no-op, a different one CaptureConflict."""
-        parsed, line = entry_payload(entry)
+        parsed, line, payload = entry_parts(entry)
         digest = line_digest(line)
         with self._lock:
             rollout = self._rollout(parsed.rollout_id)
@@ -107,7 +121,7 @@ class MemoryTokenStore(StagingDelegate):
             if (
                 decision is PutDecision.CONFLICT
                 and stored is not None
-                and same_payload(stored, line)
+                and same_payload(rollout.ids.render(stored), line)
             ):
                 return  # the same payload, serialized by another encoder
             if decision is PutDecision.SAME:
@@ -119,8 +133,9 @@ class MemoryTokenStore(StagingDelegate):
                     f"model call {parsed.model_call_id} of rollout {parsed.rollout_id} "
                     "was already stored with a different payload"
                 )
-            rollout.entries[parsed.model_call_id] = parsed
-            rollout.lines[parsed.model_call_id] = line
+            rollout.lines[parsed.model_call_id] = stored_value(
+                payload, line, digest, parsed, rollout.ids
+            )[0]
             rollout.state.record_put(parsed.model_call_id, digest)
             link = rollout.lineage.add(parsed)
             if link is not None:
@@ -154,7 +169,7 @@ class MemoryTokenStore(StagingDelegate):
             staged = rollout.staging
             return Snapshot(
                 rollout_id=rollout_id,
-                entries=tuple(rollout.entries.values()),
+                entries=parse_capture(rollout.entry_lines(), rollout_id, _WHERE),
                 incomplete=rollout.state.incomplete or bool(rollout.missing_calls()),
                 snapshot_id=str(rollout.state.snapshot_id),
                 version=rollout.state.version,
@@ -169,7 +184,7 @@ class MemoryTokenStore(StagingDelegate):
             staged = rollout.staging
             return FrozenLines(
                 rollout_id=rollout_id,
-                lines=tuple(rollout.lines.values()),
+                lines=rollout.entry_lines(),
                 incomplete=rollout.state.incomplete or bool(rollout.missing_calls()),
                 snapshot_id=str(rollout.state.snapshot_id),
                 version=rollout.state.version,
@@ -186,13 +201,13 @@ class MemoryTokenStore(StagingDelegate):
             if not rollout.state.retired:
                 rollout.state.retired = True
                 rollout.updated_at = time.time()
-                rollout.entries.clear()
                 rollout.lines.clear()
+                rollout.ids = RolloutIds()
                 rollout.intents.clear()
                 rollout.failed_calls.clear()
                 rollout.staging.clear()
                 self._forget(rollout)
-                rollout.lineage = RolloutLineage(rollout.entries.get)
+                rollout.lineage = RolloutLineage(rollout.load)
             return True
 
     async def committed_entries(self, rollout_id: str) -> tuple[TokenEntry, ...]:
@@ -205,7 +220,7 @@ class MemoryTokenStore(StagingDelegate):
             rollout = self._rollouts.get(rollout_id)
             if rollout is None or rollout.state.retired:
                 return ()
-            return tuple(rollout.entries.values())
+            return parse_capture(rollout.entry_lines(), rollout_id, _WHERE)
 
     def _chains_of(self, rollout: _Rollout) -> ScopedChains:
         return ScopedChains(self._chains, rollout.lineage.scope)
@@ -232,6 +247,15 @@ class MemoryTokenStore(StagingDelegate):
     async def memory_health(self) -> MemoryHealth | None:
         """No memory limit to report (docs/capacity.md)."""
         return None
+
+    async def cumulative_ids(self, rollout_id: str, model_call_id: str) -> Ids | None:
+        """A stored call's cumulative ids (prompt + generation), or None (a delta put's
+        parent, docs/store-protocol.md#delta-put)."""
+        with self._lock:
+            rollout = self._rollouts.get(check_store_id(rollout_id))
+            if rollout is None or rollout.state.retired:
+                return None
+            return rollout.ids.get(model_call_id)
 
     async def ping(self) -> None:
         """Always reachable."""

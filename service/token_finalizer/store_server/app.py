@@ -29,6 +29,7 @@ from token_finalizer.core.errors import (
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.sources.base import CaptureStore
 from token_finalizer.store_server._answers import freeze_answer, resolve_answer
+from token_finalizer.store_server._delta_put import full_body
 from token_finalizer.store_server._health import store_health
 from token_finalizer.store_server._known_prefix import AnsweredIds
 from token_finalizer.store_server._requests import (
@@ -43,6 +44,7 @@ from token_finalizer.store_server._requests import (
     resolve_request,
     token_form,
 )
+from token_finalizer.store_server.capabilities import capabilities_body
 from token_finalizer.store_server.control_route import install_control_route
 from token_finalizer.store_server.roles import (
     CALL_ROUTE,
@@ -186,6 +188,11 @@ def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader)
         verdict = await store_health(store)
         return json_response(verdict.body, status_code=verdict.status_code)
 
+    @app.get("/capabilities")
+    async def capabilities() -> Response:
+        # Open like /health: a client asks before it knows which role it holds.
+        return json_response(capabilities_body())
+
     @app.post(PROTOCOL_PREFIX + "/freeze")
     async def freeze(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
@@ -225,7 +232,7 @@ def _install_hot_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> 
     async def put_call(request: Request) -> Response:
         rollout_id = check_store_id(request.path_params["rollout_id"])
         model_call_id = check_model_call_id(path_call_id(request.scope))
-        body = (await read(request)).data
+        body = await full_body(store, (await read(request)).data, rollout_id)
         await store.put(call_entry(body, rollout_id, model_call_id))
         return json_response({"stored": True})
 

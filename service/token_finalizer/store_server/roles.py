@@ -73,7 +73,7 @@ ROUTE_ROLES: Mapping[tuple[str, str], StoreRole] = {
 }
 
 # Probes: load balancers and the finalizer's /ready carry no token.
-OPEN_ROUTES = frozenset({("GET", "/health")})
+OPEN_ROUTES = frozenset({("GET", "/health"), ("GET", "/capabilities")})
 # Routes that check the bearer token themselves, answering a refusal in the shape
 # their caller expects: NeMo Gym's control route (401 {"detail": ...}). The
 # shared guard lets them through; each accepts the tokens of its role.

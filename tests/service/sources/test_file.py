@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from tests.support.captures import make_entry, record_for
+from tests.support.packed import canonical_lines
 from tests.support.stores import stored_state, swept_captures
 from token_finalizer import (
     CaptureConflict,
@@ -47,10 +48,11 @@ def _state(directory: Path, rollout_id: str = "r1") -> dict:
 async def test_put_appends_one_compact_sorted_line(
     file_store: FileTokenStore, capture_dir: Path
 ) -> None:
-    """A put writes one compact sorted-key line and indexes its digest and size."""
+    """A put writes one line, read back as a compact sorted-key line; it indexes that
+    line's digest and the file's size."""
     await file_store.put(make_entry("r1", "c1", [1], [2]))
     raw = _jsonl(capture_dir).read_bytes()
-    line = raw.rstrip(b"\n")
+    (line,) = canonical_lines(raw)
     assert raw.count(b"\n") == 1
     assert line == orjson.dumps(orjson.loads(line), option=orjson.OPT_SORT_KEYS)
     state = _state(capture_dir)
@@ -200,7 +202,7 @@ async def test_concurrent_puts_from_processes_stay_intact(capture_dir: Path) -> 
     for worker in workers:
         worker.join(60)
         assert worker.exitcode == 0
-    lines = _jsonl(capture_dir, "shared").read_bytes().splitlines()
+    lines = canonical_lines(_jsonl(capture_dir, "shared").read_bytes())
     assert len(lines) == 60
     state = _state(capture_dir, "shared")
     assert state["indexed_size"] == _jsonl(capture_dir, "shared").stat().st_size

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.captures import agent_rollout, assert_prefix_contiguous, make_entry
+from tests.support.packed import canonical_lines
 from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
 from token_finalizer.core.delivery import finalize_rollout_token_capture
@@ -77,13 +78,14 @@ async def test_same_payload_from_another_serializer_is_idempotent(capture_dir: P
 async def test_our_directory_reads_as_the_shared_format(
     file_store: FileTokenStore, capture_dir: Path
 ) -> None:
-    """What we write is stdlib-readable, compact, sorted, digested and indexed as specified."""
+    """What we write reads back as stdlib-readable, compact, sorted lines, digested and
+    indexed as specified."""
     for entry in agent_rollout("r1", calls=3, new_tokens_per_turn=20):
         await file_store.put(entry)
     await file_store.begin_call("r1", "call-00003")
     await file_store.mark_incomplete("r1", "call-00003")
     raw = (capture_dir / "r1.tokens.jsonl").read_bytes()
-    lines = raw.splitlines()
+    lines = canonical_lines(raw)
     for line in lines:
         data = json.loads(line)
         compact = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

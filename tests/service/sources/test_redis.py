@@ -37,6 +37,7 @@ from token_finalizer.core.store_urls import check_key_prefix, check_redis_url
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.settings import ConfigError, settings_from_mapping
+from token_finalizer.sources._packed import expand_lines, is_packed
 from token_finalizer.sources.base import SweepRules
 from token_finalizer.sources.redis import ENTRY_KEY_PARTS, RedisTokenStore
 
@@ -88,12 +89,15 @@ async def test_every_key_of_a_rollout_carries_its_hash_tag(
 async def test_put_stores_the_line_as_written_and_its_digest(
     rstore: RedisTokenStore, raw: redis.Redis
 ) -> None:
-    """The entries hash holds the compact sorted-key line; digests hold its sha256."""
+    """The entries hash holds the entry packed, read back as the compact sorted-key line;
+    digests hold that line's sha256."""
     entry = make_entry("r1", "c1", [1, 2], [3])
     await rstore.put(entry)
     entries, digests, _order, *_ = rstore.keys("r1")[1:]
     line = dumps_entry_line(entry)
-    assert raw.hget(entries, "c1") == line
+    stored = raw.hget(entries, "c1")
+    assert isinstance(stored, bytes) and is_packed(stored)
+    assert expand_lines([stored]) == (line,)
     assert raw.hget(digests, "c1") == hashlib.sha256(line).hexdigest().encode()
 
 

@@ -27,6 +27,7 @@ from token_finalizer.core.indexed_resolution import answer, choose
 from token_finalizer.core.lineage_chains import ChainCache, ScopedChains, remember_committed
 from token_finalizer.core.lineage_index import CallLink, RolloutLineage
 from token_finalizer.core.lineage_resolution import Resolution
+from token_finalizer.sources._packed import RolloutIds, from_file_line, is_packed
 from token_finalizer.sources._state import CaptureState, line_digest
 from token_finalizer.sources.base import LineageQuery
 
@@ -52,7 +53,17 @@ _Identity = tuple[int, int]  # (st_dev, st_ino) of the jsonl
 class _IndexedCapture:
     """One rollout's index and how far into its jsonl (`offset`) it has read."""
 
-    __slots__ = ("_fd", "identity", "last", "lineage", "locations", "lock", "name", "offset")
+    __slots__ = (
+        "_fd",
+        "identity",
+        "ids",
+        "last",
+        "lineage",
+        "locations",
+        "lock",
+        "name",
+        "offset",
+    )
 
     def __init__(self, identity: _Identity, name: str) -> None:
         self.identity = identity
@@ -62,6 +73,7 @@ class _IndexedCapture:
         self.last: tuple[str, str] | None = None  # (call id, line digest) of the last line read
         self.lock = threading.Lock()
         self.lineage = RolloutLineage(self._load)
+        self.ids = RolloutIds()  # to expand packed lines (sources/_packed.py)
         self._fd: int | None = None
 
     def _load(self, call_id: str) -> TokenEntry | None:
@@ -73,7 +85,7 @@ class _IndexedCapture:
         line = os.pread(self._fd, length, offset)
         if len(line) != length:
             raise CaptureCorrupt(f"{self.name} is shorter than its index ({offset + len(line)})")
-        return TokenEntry.from_json(line)
+        return TokenEntry.from_json(self.ids.render(from_file_line(line)))
 
     def consistent(self, state: CaptureState) -> bool:
         """Whether the stored state still describes the file this index read."""
@@ -88,11 +100,13 @@ class _IndexedCapture:
         self.locations = {}
         self.last = None
         self.lineage = RolloutLineage(self._load)
+        self.ids = RolloutIds()
 
-    def add(self, line: bytes, offset: int, entry: TokenEntry) -> CallLink | None:
-        """Index one line of the jsonl, read at `offset`; the call's link when it is new."""
+    def add(self, line: bytes, offset: int, entry: TokenEntry, digest: str) -> CallLink | None:
+        """Index one line of the jsonl, read at `offset` (`digest`: its canonical line's);
+        the call's link when it is new."""
         self.locations.setdefault(entry.model_call_id, (offset, len(line)))
-        self.last = (entry.model_call_id, line_digest(line))
+        self.last = (entry.model_call_id, digest)
         self.offset = offset + len(line) + 1
         return self.lineage.add(entry)
 
@@ -111,12 +125,17 @@ class _IndexedCapture:
         start = self.offset
         for line in data.split(b"\n"):
             if line.strip():
-                entry = TokenEntry.from_json(line)
+                value = from_file_line(line)
+                packed = is_packed(value)
+                canonical = self.ids.expand(value) if packed else value
+                entry = TokenEntry.from_json(canonical)
                 if entry.rollout_id != rollout_id:
                     raise TokenEntryError(
                         f"{self.name} holds an entry of rollout {entry.rollout_id}"
                     )
-                self.add(line, start, entry)
+                if not packed:
+                    self.ids.learn_entry(entry)
+                self.add(line, start, entry, line_digest(canonical))
             start += len(line) + 1
         self.offset = state.indexed_size
 
@@ -205,9 +224,17 @@ class FileLineageIndexes:
             capture.lock.release()
 
     def committed(
-        self, rollout_id: str, identity: _Identity, line: bytes, offset: int, entry: TokenEntry
+        self,
+        rollout_id: str,
+        identity: _Identity,
+        line: bytes,
+        value: bytes,
+        offset: int,
+        entry: TokenEntry,
+        digest: str,
     ) -> None:
-        """A put of this process appended `line` at `offset`: index it without reading it.
+        """A put of this process appended `line` (the stored `value`, whose canonical line
+        has `digest`) at `offset`: index it without reading it.
 
         Only an index that has read everything before `offset` takes it (one
         that lags catches up at its next resolve). Under the exclusive lock.
@@ -219,6 +246,7 @@ class FileLineageIndexes:
         with capture.lock:
             if capture.offset != offset:
                 return
-            link = capture.add(line, offset, entry)
+            capture.ids.learn(value, entry)
+            link = capture.add(line, offset, entry, digest)
             if link is not None:
                 remember_committed(entry, link, ScopedChains(self.chains, capture.lineage.scope))

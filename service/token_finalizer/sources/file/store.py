@@ -24,8 +24,19 @@ from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_chains import ChainCache
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE
 from token_finalizer.core.lineage_resolution import Resolution, check_resolution_request
-from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
+from token_finalizer.core.token_ids import Ids
+from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
+from token_finalizer.sources._known import KnownIds
 from token_finalizer.sources._lineage import resolve_query
+from token_finalizer.sources._packed import (
+    FILE_MARKER,
+    RolloutIds,
+    expand_lines,
+    file_line,
+    from_file_line,
+    record_call,
+    stored_value,
+)
 from token_finalizer.sources._staging import entries_refused, staged_capture
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
@@ -73,16 +84,22 @@ def _cut_torn_tail(files: CaptureFiles, read: os.stat_result, offset: int) -> No
         os.close(fd)
 
 
+def _line_call(line: bytes) -> tuple[str, str]:
+    """The call id of one jsonl line and the digest of its canonical line."""
+    if line.startswith(FILE_MARKER):
+        return record_call(from_file_line(line))
+    return loads_json(line)["model_call_id"], line_digest(line)
+
+
 def _index_line(files: CaptureFiles, state: CaptureState, line: bytes, offset: int) -> None:
     try:
-        call_id = loads_json(line)["model_call_id"]
+        call_id, digest = _line_call(line)
         check_model_call_id(call_id)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, CaptureCorrupt) as exc:
         raise CaptureCorrupt(
             f"{files.jsonl.name}: unreadable line at byte {offset} followed by more data "
             f"({type(exc).__name__}: {exc})"
         ) from None
-    digest = line_digest(line)
     if state.decide_put(call_id, digest) is PutDecision.CONFLICT:
         raise CaptureCorrupt(f"{files.jsonl.name}: two different lines for model call {call_id}")
     state.entry_digests[call_id] = digest
@@ -125,12 +142,22 @@ def _index_tail(files: CaptureFiles, state: CaptureState) -> bool:
 
 
 def _stored_line(files: CaptureFiles, model_call_id: str) -> bytes | None:
+    """The canonical line of the call's first stored copy (the conflict path: reads all)."""
+    known = RolloutIds()
     with os.fdopen(open_regular(files.jsonl, os.O_RDONLY), "rb") as handle:
         for line in handle:
             line = line.rstrip(b"\n")
-            if line and loads_json(line).get("model_call_id") == model_call_id:
-                return line
+            if not line:
+                continue
+            canonical = known.expand(from_file_line(line))
+            if _line_call(line)[0] == model_call_id:
+                return canonical
     return None
+
+
+def _canonical_lines(data: bytes) -> tuple[bytes, ...]:
+    """The canonical lines of the jsonl's indexed part (packed lines expanded)."""
+    return expand_lines(from_file_line(line) for line in split_lines(data))
 
 
 def _read_entries(
@@ -140,13 +167,21 @@ def _read_entries(
     # capture is hundreds of MB, and buffered line reads plus newline
     # stripping would copy every line two more times.
     data = _read_indexed(files, state)
-    return parse_capture(split_lines(data), rollout_id, files.jsonl.name)
+    return parse_capture(_canonical_lines(data), rollout_id, files.jsonl.name)
 
 
 def _frozen_lines(files: CaptureFiles, state: CaptureState) -> tuple[bytes, ...]:
     # A line stored twice (a relay re-sending it) goes out twice, as a direct
     # freeze reads it: NeMo Gym 0.7 counts both in `n_calls`.
-    return tuple(line for line in _read_indexed(files, state).split(b"\n") if line.strip())
+    return _canonical_lines(_read_indexed(files, state))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_dev, info.st_ino)
 
 
 def _check_entries_writable(files: CaptureFiles, state: CaptureState, rollout_id: str) -> None:
@@ -169,7 +204,12 @@ class FileTokenStore(StagingDelegate):
         self._indexes = FileLineageIndexes(
             LINEAGE_INDEX_MAX_ROLLOUTS, ChainCache(LINEAGE_CACHE_MAX_TOKENS)
         )
-        self._admin = FileStoreAdmin(self.directory, self._staging, on_removed=self._indexes.forget)
+        self._known = KnownIds(LINEAGE_INDEX_MAX_ROLLOUTS)
+        self._admin = FileStoreAdmin(self.directory, self._staging, on_removed=self._forget)
+
+    def _forget(self, rollout_id: str) -> None:
+        self._indexes.forget(rollout_id)
+        self._known.forget(rollout_id)
 
     def __repr__(self) -> str:
         return f"FileTokenStore({str(self.directory)!r})"
@@ -185,7 +225,7 @@ class FileTokenStore(StagingDelegate):
     # -- writer side -------------------------------------------------------
 
     def _put(self, entry: object) -> None:
-        parsed, line = entry_payload(entry)
+        parsed, line, payload = entry_parts(entry)
         files = self._files(parsed.rollout_id)
         digest = line_digest(line)
         with files.locked(exclusive=True):
@@ -207,18 +247,28 @@ class FileTokenStore(StagingDelegate):
                 )
             if decision is PutDecision.SAME:
                 return
-            start = append_durably(files.jsonl, line + b"\n")
-            state.record_put(parsed.model_call_id, digest)
-            state.indexed_size += len(line) + 1
-            # If the state cannot be written (disk full), the line goes again:
-            # the put failed, and the capture stays exactly as it was. The
-            # fsynced line is the durable record; the state only indexes it and
-            # is rebuilt from the jsonl after a crash, so it is not fsynced
-            # (docs/store-protocol.md#crash-recovery).
-            files.write_state(state, undo=lambda: truncate(files.jsonl, start), durable=False)
+            identity = _identity(files.jsonl)
+            known = self._known.for_put(parsed.rollout_id, identity, state.entry_digests, parsed)
+            try:
+                value, _ = stored_value(payload, line, digest, parsed, known.ids)
+                stored = line if value is line else file_line(value)
+                start = append_durably(files.jsonl, stored + b"\n")
+                state.record_put(parsed.model_call_id, digest)
+                state.indexed_size += len(stored) + 1
+                # If the state cannot be written (disk full), the line goes again:
+                # the put failed, and the capture stays exactly as it was. The
+                # fsynced line is the durable record; the state only indexes it and
+                # is rebuilt from the jsonl after a crash, so it is not fsynced
+                # (docs/store-protocol.md#crash-recovery).
+                files.write_state(state, undo=lambda: truncate(files.jsonl, start), durable=False)
+            except BaseException:
+                self._known.forget(parsed.rollout_id)  # it learnt a call that is not stored
+                raise
             written = os.stat(files.jsonl, follow_symlinks=False)
+            identity = (written.st_dev, written.st_ino)
+            known.stored(identity, parsed.model_call_id, digest)
             self._indexes.committed(
-                parsed.rollout_id, (written.st_dev, written.st_ino), line, start, parsed
+                parsed.rollout_id, identity, stored, value, start, parsed, digest
             )
 
     @staticmethod
@@ -357,7 +407,7 @@ class FileTokenStore(StagingDelegate):
                 state.retired = True
                 files.write_state(state)
             files.remove_data_files()
-            self._indexes.forget(rollout_id)
+            self._forget(rollout_id)
             return True
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
@@ -406,7 +456,7 @@ class FileTokenStore(StagingDelegate):
             except FileNotFoundError:
                 fd = None
             if fd is None:
-                self._indexes.forget(rollout_id)
+                self._forget(rollout_id)
                 return resolve_query(EMPTY_LINEAGE, None, query)
             try:
                 # Only the acknowledged part (up to indexed_size): a line past it
@@ -443,6 +493,11 @@ class FileTokenStore(StagingDelegate):
     async def memory_health(self) -> MemoryHealth | None:
         """No memory limit to report (docs/capacity.md)."""
         return None
+
+    async def cumulative_ids(self, rollout_id: str, model_call_id: str) -> Ids | None:
+        """The cumulative ids of a call this process stored (None: not at hand; a delta
+        put's parent, docs/store-protocol.md#delta-put)."""
+        return self._known.ids_of(check_store_id(rollout_id), model_call_id)
 
     async def ping(self) -> None:
         """Reachable when the directory exists and is writable."""

@@ -52,6 +52,7 @@ from token_finalizer.core.lineage_resolution import (
     check_resolution_request,
 )
 from token_finalizer.sources._lineage import resolve_query
+from token_finalizer.sources._packed import is_packed, render_from
 from token_finalizer.sources.base import LineageQuery
 from token_finalizer.sources.redis._client import RedisConnection, text
 
@@ -132,6 +133,13 @@ class _ReplyView:
             raise CaptureCorrupt(
                 f"rollout {self._rollout_id} indexes call {call_id} without its entry"
             )
+        if is_packed(line):
+            rendered = render_from(call_id, self._lines)
+            if rendered is None:
+                raise CaptureCorrupt(
+                    f"rollout {self._rollout_id}: call {call_id} refers to a call not sent"
+                )
+            line = rendered
         entry = TokenEntry.from_json(line)
         if entry.rollout_id != self._rollout_id:
             raise TokenEntryError(

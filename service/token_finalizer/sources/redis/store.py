@@ -27,25 +27,39 @@ same hash tag and covered by the same drop, TTLs and sweep) is
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Mapping, Sequence, Sized
+from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
     DEFAULT_MEMORY_HIGH_WATER,
     DEFAULT_RETIRED_TTL_S,
+    EXPAND_IN_THREAD_MIN_BYTES,
+    LINEAGE_INDEX_MAX_ROLLOUTS,
     PARSE_IN_THREAD_MIN_BYTES,
     REDIS_PUT_ROUNDS,
     STORE_PREPARE_IN_THREAD_MIN_TOKENS,
 )
+from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceUnavailable
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.store_urls import check_redis_url
-from token_finalizer.sources._entries import entry_payload, parse_capture, same_payload
+from token_finalizer.core.token_ids import Ids
+from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
+from token_finalizer.sources._known import KnownIds
 from token_finalizer.sources._lineage import resolve_committed
+from token_finalizer.sources._packed import (
+    RolloutIds,
+    expand_lines,
+    is_packed,
+    record_call,
+    stored_value,
+)
 from token_finalizer.sources._staging import entries_refused, staged_capture
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, line_digest
@@ -67,10 +81,38 @@ def _milliseconds(seconds: float | None, what: str) -> int:
     return max(1, round(seconds * 1000))
 
 
-def _prepared(entry: object) -> tuple[TokenEntry, bytes, str, tuple[str, str, str, str]]:
-    """The parsed entry, its line, the line's digest and the lineage index's arguments."""
-    parsed, line = entry_payload(entry)
-    return parsed, line, line_digest(line), index_arguments(parsed)
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A put's entry, ready for the put script."""
+
+    parsed: TokenEntry
+    line: bytes  # the canonical line (what is digested and compared)
+    digest: str
+    indexed: tuple[str, str, str, str]  # the lineage index's arguments
+    value: bytes  # what is stored: the packed record or the line
+    base: str  # the call the value refers to for its prompt's prefix ("" if none)
+    base_digest: str
+
+
+def _prepared(entry: object, known: KnownIds, lock: threading.Lock) -> _Prepared:
+    """The parsed entry, its line and digest, the index's arguments and the stored value."""
+    parsed, line, payload = entry_parts(entry)
+    digest = line_digest(line)
+    with lock:  # one rollout's ids are extended by one put at a time
+        held = known.for_put(parsed.rollout_id, None, None, parsed)
+        value, base = stored_value(payload, line, digest, parsed, held.ids)
+        base_digest = held.digests.get(base, "") if base else ""
+        held.stored(None, parsed.model_call_id, digest)
+    return _Prepared(parsed, line, digest, index_arguments(parsed), value, base or "", base_digest)
+
+
+def _unreferenced(prepared: _Prepared) -> _Prepared:
+    """The same put without a reference to another call's ids (that call is not stored
+    as this process knew it)."""
+    parsed = prepared.parsed
+    payload = loads_json(prepared.line)
+    value, _ = stored_value(payload, prepared.line, prepared.digest, parsed, RolloutIds())
+    return _Prepared(parsed, prepared.line, prepared.digest, prepared.indexed, value, "", "")
 
 
 def _token_count(entry: object) -> int:
@@ -89,6 +131,28 @@ async def _parsed(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, 
     if sum(map(len, lines)) >= PARSE_IN_THREAD_MIN_BYTES:
         return await asyncio.to_thread(parse_capture, lines, rollout_id, where)
     return parse_capture(lines, rollout_id, where)
+
+
+async def _expanded(stored: Sequence[bytes]) -> tuple[bytes, ...]:
+    """The canonical lines of stored values (packed ones expanded; a long capture in a
+    worker thread)."""
+    if not any(map(is_packed, stored)):
+        return tuple(stored)
+    if sum(map(len, stored)) >= EXPAND_IN_THREAD_MIN_BYTES:
+        return await asyncio.to_thread(expand_lines, stored)
+    return expand_lines(stored)
+
+
+def _line_of(stored: Sequence[bytes], call_id: str) -> bytes:
+    """The canonical line of one call among a capture's stored values (b"" if absent)."""
+    known = RolloutIds()
+    for value in stored:
+        line = known.expand(value)
+        if (record_call(value)[0] if is_packed(value) else None) == call_id:
+            return line
+        if not is_packed(value) and loads_json(line).get("model_call_id") == call_id:
+            return line
+    return b""
 
 
 def _refuse(status: bytes, rollout_id: str, *, freezing: bool = False) -> None:
@@ -151,7 +215,9 @@ class RedisTokenStore(StagingDelegate):
         )
         self._staging = RedisStaging(self._redis, abandoned_ms=self._abandoned_ms)
         self._lineage = RedisLineage(self._redis)
-        self._admin = RedisStoreAdmin(self._redis, self._staging, on_removed=self._lineage.forget)
+        self._known = KnownIds(LINEAGE_INDEX_MAX_ROLLOUTS)
+        self._pack_lock = threading.Lock()
+        self._admin = RedisStoreAdmin(self._redis, self._staging, on_removed=self._forget)
 
     def __repr__(self) -> str:  # never shows a password
         return f"RedisTokenStore({self._redis.where!r}, key_prefix={self.key_prefix!r})"
@@ -183,26 +249,41 @@ class RedisTokenStore(StagingDelegate):
         A conflict also marks the rollout incomplete, in the same script.
         """
         if _token_count(entry) >= STORE_PREPARE_IN_THREAD_MIN_TOKENS:
-            parsed, line, digest, indexed = await asyncio.to_thread(_prepared, entry)
+            prepared = await asyncio.to_thread(_prepared, entry, self._known, self._pack_lock)
         else:
-            parsed, line, digest, indexed = _prepared(entry)
+            prepared = _prepared(entry, self._known, self._pack_lock)
+        parsed, line = prepared.parsed, prepared.line
         rollout_id, call_id = parsed.rollout_id, parsed.model_call_id
         compared = b""
         for _ in range(REDIS_PUT_ROUNDS):
             reply = await self._redis.run(
                 "put",
                 rollout_id,
-                (call_id, digest, line, compared, self._abandoned_ms, *indexed),
+                (
+                    call_id,
+                    prepared.digest,
+                    prepared.value,
+                    compared,
+                    self._abandoned_ms,
+                    *prepared.indexed,
+                    prepared.base,
+                    prepared.base_digest,
+                ),
                 "put",
             )
             status = reply[0]
+            if status == b"rebase":
+                self._known.forget(rollout_id)
+                prepared = await asyncio.to_thread(_unreferenced, prepared)
+                continue
             if status == b"new":
                 self._lineage.committed(parsed, text(reply[2]))
                 return
             if status == b"same":
                 return
             if status == b"mismatch":
-                stored_digest, stored_line = reply[1], reply[2]
+                stored_digest = reply[1]
+                stored_line = await self._canonical(rollout_id, call_id, reply[2])
                 if await asyncio.to_thread(same_payload, stored_line, line):
                     return
                 compared = stored_digest
@@ -219,6 +300,15 @@ class RedisTokenStore(StagingDelegate):
             f"redis store {self._redis.where}: the stored entry of model call {call_id} of "
             f"rollout {rollout_id} kept changing during the put"
         )
+
+    async def _canonical(self, rollout_id: str, call_id: str, stored: bytes) -> bytes:
+        """The canonical line of a stored value (a packed one: read with the capture)."""
+        if not is_packed(stored):
+            return stored
+        reply = await self._redis.run("committed", rollout_id, (), "committed entries")
+        if reply[0] != b"ok" or len(reply) != 2:
+            return b""  # gone meanwhile: not the same payload, the put goes round again
+        return await asyncio.to_thread(_line_of, reply[1], call_id)
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture (allowed after freeze)."""
@@ -265,7 +355,8 @@ class RedisTokenStore(StagingDelegate):
             raise self._corrupt(rollout_id, reply[1])
         if status != b"ok" or len(reply) != 5:
             raise self._redis.unexpected("freeze", reply)
-        _, snapshot_id, version, incomplete, lines = reply
+        _, snapshot_id, version, incomplete, stored = reply
+        lines = await _expanded(stored)
         # A staging rollout has no entries; once frozen nothing changes it, so its
         # ledger and staged calls are read by a second script.
         staged = None if lines else await self._staging.frozen_lines(rollout_id)
@@ -301,6 +392,7 @@ class RedisTokenStore(StagingDelegate):
         )
         if reply:
             self._lineage.forget(rollout_id)
+            self._known.forget(rollout_id)
         return bool(reply)
 
     # -- lineage -------------------------------------------------------------------------------
@@ -316,7 +408,7 @@ class RedisTokenStore(StagingDelegate):
             raise self._corrupt(rollout_id, reply[1])
         if reply[0] != b"ok" or len(reply) != 2:
             raise self._redis.unexpected("committed entries", reply)
-        return await _parsed(reply[1], rollout_id)
+        return await _parsed(await _expanded(reply[1]), rollout_id)
 
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
         """Which stored call of the rollout a request continues (read-only), from its
@@ -330,6 +422,16 @@ class RedisTokenStore(StagingDelegate):
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def _forget(self, rollout_id: str) -> None:
+        """Drop what this process holds of a rollout it deleted or swept."""
+        self._lineage.forget(rollout_id)
+        self._known.forget(rollout_id)
+
+    async def cumulative_ids(self, rollout_id: str, model_call_id: str) -> Ids | None:
+        """The cumulative ids of a call this process stored (None: not at hand; a delta
+        put's parent, docs/store-protocol.md#delta-put)."""
+        return self._known.ids_of(check_store_id(rollout_id), model_call_id)
 
     async def ping(self) -> None:
         """Raise SourceUnavailable unless the server answers PING."""

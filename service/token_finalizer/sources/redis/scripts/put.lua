@@ -3,8 +3,11 @@
 -- with its own payload and found different ("" if none), abandoned TTL ms, then the
 -- lineage index's part (docs/store-protocol.md#lineage-index): a fresh epoch (kept only
 -- by the rollout's first put), the call's link, its fingerprint ("" when no request can
--- continue it) and its candidate record "call_id context_len context_digest\n".
+-- continue it) and its candidate record "call_id context_len context_digest\n"; then the
+-- call a packed value refers to for its prompt's prefix ("" if none) and the digest the
+-- caller knows that call by (docs/store-protocol.md#packed-at-rest).
 -- Answers {'new', version, epoch} | {'same'} | {'mismatch', stored digest, stored line}
+--         | {'rebase'} (the referred call is not stored with that digest)
 --         | {'conflict', version} | {'frozen'} | {'retired'} | {'family'} (a staging rollout).
 local call_id, digest, line, compared = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local flags = redis.call('HMGET', KEYS[1], 'retired', 'frozen')
@@ -23,6 +26,9 @@ if stored then
   local version = redis.call('HINCRBY', KEYS[1], 'version', 1)
   touch(tonumber(ARGV[5]))
   return {'conflict', version}
+end
+if ARGV[10] ~= '' and redis.call('HGET', KEYS[3], ARGV[10]) ~= ARGV[11] then
+  return {'rebase'}
 end
 redis.call('HSET', KEYS[2], call_id, line)
 redis.call('HSET', KEYS[3], call_id, digest)

@@ -24,22 +24,33 @@ end
 local rest = 5 + held_count
 local links, lines, seen = {}, {}, {}
 
+-- A packed value that refers to its parent's ids (docs/store-protocol.md#packed-at-rest)
+-- needs the parent's line too, whatever the caller holds, down to a value that does not.
+local function refers(line)
+  return string.sub(line, 1, 5) == '\147NGP1' and string.byte(line, 7) == 1
+end
+
 local function walk(id, want_lines)
   local steps = 0
-  while id ~= '' and not seen[id] and steps <= depth_limit do
+  local needed = false
+  while id ~= '' and not seen[id] and (steps <= depth_limit or needed) do
     seen[id] = true
     local link = redis.call('HGET', KEYS[7], id)
     if not link then return end
     links[#links + 1] = id
     links[#links + 1] = link
-    if held[id] then return end
+    if held[id] and not needed then return end
+    local ref = false
     if want_lines then
+      local line = redis.call('HGET', KEYS[2], id) or ''
       lines[#lines + 1] = id
-      lines[#lines + 1] = redis.call('HGET', KEYS[2], id) or ''
+      lines[#lines + 1] = line
+      ref = refers(line)
     end
     local parent, delta, cum_len = string.match(link, '^([^\n]*)\n(%d)\n%d+\n(%d*)\n')
     -- Without lines, only a length is wanted: a recorded cum_len gives it at once.
-    if delta ~= '1' or (not want_lines and cum_len ~= '') then return end
+    if not ref and (delta ~= '1' or (not want_lines and cum_len ~= '')) then return end
+    needed = ref
     id = parent
     steps = steps + 1
   end
