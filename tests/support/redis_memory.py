@@ -9,6 +9,7 @@ it completed.
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,12 +42,17 @@ def limited_redis(
 
 
 def call_entry(rollout_id: str, index: int, prompt_tokens: int = _PROMPT_TOKENS) -> dict[str, Any]:
-    """A full-prompt entry of `prompt_tokens` ids (a few tens of kB in Redis)."""
+    """A full-prompt entry of `prompt_tokens` ids (a few tens of kB in Redis).
+
+    The ids are random 32-bit values: stores keep ids packed and compressed at rest, so
+    only ids that do not compress make each entry cost what its count says.
+    """
+    draw = random.Random(f"{rollout_id}/{index}").getrandbits
     return {
         "schema_version": 1,
         "rollout_id": rollout_id,
         "model_call_id": f"call-{index}",
-        "prompt_token_ids": list(range(index, index + prompt_tokens)),
+        "prompt_token_ids": [draw(32) for _ in range(prompt_tokens)],
         "generation_token_ids": [7, 8, 9],
         "generation_log_probs": [-0.5, -0.25, -0.125],
     }
