@@ -43,9 +43,11 @@ from token_finalizer.store_server._requests import (
     resolve_request,
     token_form,
 )
+from token_finalizer.store_server.capabilities import capabilities_body
 from token_finalizer.store_server.control_route import install_control_route
 from token_finalizer.store_server.roles import (
     CALL_ROUTE,
+    OPEN_PATHS,
     StoreTokens,
     checks_own_token,
     role_of,
@@ -169,7 +171,7 @@ def _app_with_guards(access: StoreTokens) -> FastAPI:
             BearerTokenGuard,
             tokens=access.by_role(),
             role_of=role_of,
-            open_paths={"/health"},
+            open_paths=OPEN_PATHS,
             passes=checks_own_token,
         )
     # One JSON line per request, probes (/health) at debug level only.
@@ -178,13 +180,18 @@ def _app_with_guards(access: StoreTokens) -> FastAPI:
 
 
 def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> None:
-    """/health and protocol v1's token-capture routes (docs/store-protocol.md#calls)."""
+    """/health, /capabilities and the token-capture routes (docs/store-protocol.md#calls)."""
 
     @app.get("/health")
     async def health() -> Response:
         # The backend is pinged too: a store whose Redis is down is not healthy.
         verdict = await store_health(store)
         return json_response(verdict.body, status_code=verdict.status_code)
+
+    @app.get("/capabilities")
+    async def capabilities() -> Response:
+        # Which extensions clients may use (docs/store-protocol.md#extensions-and-capabilities).
+        return json_response(capabilities_body())
 
     @app.post(PROTOCOL_PREFIX + "/freeze")
     async def freeze(rollout_id: str, request: Request) -> Response:
