@@ -14,8 +14,9 @@ speaks plain v1 (docs/store-protocol.md#extensions-and-capabilities):
   as "no extension" for that call only and is asked again by the next one;
 - `forget()` after a store refused a request that used an extension
   (`REFUSED_EXTENSION_STATUSES`): the next call asks again, so a store that
-  was replaced by an older one is spoken to in v1, and one upgraded later
-  starts being used.
+  was replaced by an older one is spoken to in v1;
+- an answer is kept `CAPABILITIES_TTL_S`, then asked again on next use, so
+  a store upgraded in place starts being used.
 
 The asyncio clients, the blocking staging clients and the service's `http`
 source each pass their own way of sending the probe; the rules are here.
@@ -26,10 +27,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from token_finalizer_client._constants import LOGGER_NAME
+from token_finalizer_client._constants import CAPABILITIES_TTL_S, LOGGER_NAME
 from token_finalizer_client._json import loads
 
 __all__ = [
@@ -91,7 +93,9 @@ def features_of(status_code: int, content: bytes) -> frozenset[str] | None:
 class StoreCapabilities:
     """One store's advertised features: probed by the first caller, kept until `forget()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, ttl_s: float = CAPABILITIES_TTL_S) -> None:
+        self._ttl_s = ttl_s
+        self._kept_at = 0.0
         self._features: frozenset[str] | None = None
         # Bumped by forget(): a probe that started before it does not settle the answer.
         self._generation = 0
@@ -103,7 +107,10 @@ class StoreCapabilities:
     @property
     def known(self) -> frozenset[str] | None:
         """The features kept from the last answer; None when the store is to be asked."""
-        return self._features
+        features = self._features
+        if features is not None and time.monotonic() - self._kept_at > self._ttl_s:
+            return None
+        return features
 
     def forget(self) -> None:
         """Drop the kept answer: the next caller asks the store again."""
@@ -118,7 +125,7 @@ class StoreCapabilities:
         features = features_of(*probe)
         with self._lock:
             if features is not None and generation == self._generation:
-                self._features = features
+                self._features, self._kept_at = features, time.monotonic()
         return features
 
     def supports(self, feature: str, probe: Callable[[], Probe]) -> bool:
@@ -126,10 +133,10 @@ class StoreCapabilities:
 
         Thread-safe: threads that find no answer wait for one probe.
         """
-        features = self._features
+        features = self.known
         if features is None:
             with self._probing:
-                features = self._features
+                features = self.known
                 if features is None:
                     generation = self._generation
                     self.probes += 1
@@ -146,7 +153,7 @@ class StoreCapabilities:
         The probe runs as its own task, so a caller that is cancelled while
         waiting does not cancel it for the others.
         """
-        features = self._features
+        features = self.known
         if features is None:
             features = await asyncio.shield(self._probe_task(probe))
         return features is not None and feature in features

@@ -70,6 +70,10 @@ COMPACT_TOKENS = ("tokens", "compact")
 # all rollouts (least recently resolved dropped first): a tuple costs 8 bytes
 # per id beyond the ints, which the model server holds for its own prompts.
 RESOLVER_KNOWN_IDS_BUDGET = 4_000_000
+# A store's advertised features (GET /capabilities) are kept this long, then asked
+# again on next use, so a store upgraded in place is used without a new client
+# (docs/store-protocol.md#extensions-and-capabilities).
+CAPABILITIES_TTL_S = 300.0
 # finalize_many: calls in flight by default, and how far past the oldest
 # unfinished record it may start (a multiple of the concurrency), which bounds
 # the answers held back waiting for a slow one.
