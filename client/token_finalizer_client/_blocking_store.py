@@ -8,7 +8,9 @@ object's lifetime, opened on first use (after a worker process forks, not
 before) under a lock so that racing threads share it, every call sent
 through the package's one retry policy with each try's whole exchange
 bounded by `timeout` and each answer by `max_answer_bytes`
-(docs/architecture.md#bounded-answers). It never shows its token.
+(docs/architecture.md#bounded-answers). It never shows its token. What the
+store advertises at `GET /capabilities` is asked once and shared by every
+thread (`_supports`, `_capabilities`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from types import TracebackType
 
 import httpx
 
+from token_finalizer_client._capabilities import Probe
 from token_finalizer_client._constants import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_STORE_MAX_ANSWER_BYTES,
@@ -28,7 +31,11 @@ from token_finalizer_client._constants import (
 from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._exchange import Reply
 from token_finalizer_client._retry import send_with_retries
-from token_finalizer_client._store_connection import PooledStore
+from token_finalizer_client._store_connection import (
+    CAPABILITIES_REQUEST,
+    PROBE_RETRY,
+    PooledStore,
+)
 from token_finalizer_client._wire import WireRequest
 
 __all__ = ["BlockingStoreConnection"]
@@ -99,6 +106,14 @@ class BlockingStoreConnection(PooledStore):
     def _call(self, request: WireRequest) -> Reply:
         """`request` sent through the retry policy, its answer read whole within the limits."""
         return send_with_retries(self._http(), request, self._retry, self._limits)
+
+    def _supports(self, feature: str) -> bool:
+        """Whether the store advertises `feature` (asked once for every thread, then kept)."""
+        return self._capabilities.supports(feature, self._probe_capabilities)
+
+    def _probe_capabilities(self) -> Probe:
+        reply = send_with_retries(self._http(), CAPABILITIES_REQUEST, PROBE_RETRY, self._limits)
+        return reply.status_code, reply.content
 
     def close(self) -> None:
         """Close the connection pool; safe to call twice, and from any thread."""

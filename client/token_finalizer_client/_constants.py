@@ -73,6 +73,11 @@ RESOLVER_KNOWN_IDS_BUDGET = 4_000_000
 # The cumulative ids of calls an HttpTokenSink put itself, kept (LRU, over all rollouts)
 # to send the next call's prompt as its parent's prefix + suffix (docs/store-protocol.md#delta-put).
 SINK_SENT_IDS_BUDGET = 4_000_000
+
+# A store's advertised features (GET /capabilities) are kept this long, then asked
+# again on next use, so a store upgraded in place is used without a new client
+# (docs/store-protocol.md#extensions-and-capabilities).
+CAPABILITIES_TTL_S = 300.0
 # finalize_many: calls in flight by default, and how far past the oldest
 # unfinished record it may start (a multiple of the concurrency), which bounds
 # the answers held back waiting for a slow one.

@@ -10,11 +10,14 @@ call of the rollout the request continues (its `LineageResolver` protocol):
     await resolver.close()
 
 The items are hashed here (`protocol`'s fingerprints, the ones the service uses) and
-only the hashes travel: `POST .../lineage/resolve?tokens=compact` with the
-assistant fingerprint and the digest of every prefix of the items. The store
-compares strings over the rollout's committed entries and answers the match
-with its full cumulative token ids, as one base64 string of little-endian
-integers (`_cumulative`; the plain list of older stores is read too). A
+only the hashes travel: `POST .../lineage/resolve` with the assistant
+fingerprint and the digest of every prefix of the items. The store compares
+strings over the rollout's committed entries and answers the match with its
+full cumulative token ids: as one base64 string of little-endian integers
+(`?tokens=compact`, `_cumulative`), only the ids after the rollout's last
+match (`known`), or as the plain list of protocol v1, by what the store
+advertises (`_capabilities`; a store that refuses an extension is asked
+again, and the resolve sent again in what it now advertises). A
 rollout staged externally (NeMo Gym's external staging) resolves over its
 capture-ledger rows instead: the match carries no ids, but the parent's
 `cum_len` as `prev_len`, its `staging_chain` and `chain_hash`
@@ -47,10 +50,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from token_finalizer_client._addressing import rollout_path
+from token_finalizer_client._addressing import check_rollout_id, rollout_path
+from token_finalizer_client._capabilities import (
+    COMPACT_RESOLVE,
+    KNOWN_PREFIX,
+    REFUSED_EXTENSION_STATUSES,
+)
 from token_finalizer_client._constants import COMPACT_TOKENS, LOGGER_NAME, MAX_REASON_CHARS
 from token_finalizer_client._cumulative import cumulative_token_ids
 from token_finalizer_client._exceptions import InvalidAnswerError, shorten
+from token_finalizer_client._exchange import Reply
 from token_finalizer_client._fingerprint import (
     FINGERPRINT_VERSION,
     HEX_DIGEST,
@@ -75,8 +84,9 @@ logger = logging.getLogger(LOGGER_NAME)
 # The reason of every resolution this client could not obtain from the store.
 LOOKUP_ERROR = "lookup_error"
 _RESOLVE_OPERATION = "lineage/resolve"
-# Asked on every resolve: the match's ids as one base64 string (see `_cumulative`).
-_RESOLVE_PARAMS = dict([COMPACT_TOKENS])
+# Asked of a store advertising compact_resolve: the match's ids as one base64
+# string (see `_cumulative`).
+_COMPACT_PARAMS = dict([COMPACT_TOKENS])
 # Where NeMo Gym 0.7 defines ParentResolutionStatus (looked up, never imported).
 _GYM_RECORDS_MODULE = "nemo_gym.token_id_capture.records"
 
@@ -207,6 +217,17 @@ def _read_resolution(
     return LineageResolution(_status(str(status)), None, reason)
 
 
+@dataclass(frozen=True, slots=True)
+class _Extensions:
+    """What one resolve request uses beyond protocol v1."""
+
+    compact: bool = False
+    known: KnownIds | None = None  # sent only with compact (an offset needs the compact form)
+
+
+_PLAIN_V1 = _Extensions()
+
+
 class HttpLineageResolver(StoreConnection):
     """NeMo Gym 0.7 `LineageResolver` over a remote capture store (read-only)."""
 
@@ -223,20 +244,44 @@ class HttpLineageResolver(StoreConnection):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    async def _extensions(self, known: KnownIds | None) -> _Extensions:
+        """The extensions a resolve may use on this store, naming `known` when it may."""
+        if not await self._supports(COMPACT_RESOLVE):
+            return _PLAIN_V1
+        if known is None or not await self._supports(KNOWN_PREFIX):
+            return _Extensions(compact=True)
+        return _Extensions(compact=True, known=known)
+
+    async def _send_resolve(
+        self, rollout_id: str, payload: dict[str, Any], used: _Extensions
+    ) -> Reply:
+        if used.known is not None:
+            payload = {**payload, "known": used.known.to_wire()}
+        params = _COMPACT_PARAMS if used.compact else None
+        path = rollout_path(rollout_id, _RESOLVE_OPERATION)
+        return await self._call(WireRequest.json("POST", path, payload, params=params))
+
     async def _ask(
         self, rollout_id: str, fingerprint: str, digests: list[str], known: KnownIds | None
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], KnownIds | None]:
+        """The store's answer, and the known prefix the request named (None: none)."""
         payload: dict[str, Any] = {
             "fingerprint_version": FINGERPRINT_VERSION,
             "fingerprint": fingerprint,
             "context_digests": digests,
         }
-        if known is not None:
-            payload["known"] = known.to_wire()
-        request = WireRequest.json(
-            "POST", rollout_path(rollout_id, _RESOLVE_OPERATION), payload, params=_RESOLVE_PARAMS
-        )
-        return read_object(await self._call(request))
+        check_rollout_id(rollout_id)  # before anything is sent, the store's features included
+        used = await self._extensions(known)
+        reply = await self._send_resolve(rollout_id, payload, used)
+        if used != _PLAIN_V1 and reply.status_code in REFUSED_EXTENSION_STATUSES:
+            # Perhaps no longer the store that advertised them: ask it again, and
+            # resolve once more if it now advertises less (a resolve is read-only).
+            self._forget_capabilities()
+            again = await self._extensions(known)
+            if again != used:
+                used = again
+                reply = await self._send_resolve(rollout_id, payload, used)
+        return read_object(reply), used.known
 
     async def _lookup(self, rollout_id: str, request_items: Sequence[Any]) -> LineageResolution:
         """The store's resolution of `request_items`; raises whatever keeps it from answering."""
@@ -246,8 +291,8 @@ class HttpLineageResolver(StoreConnection):
         digests = context_digests(request_items)
         cache = self._known_ids()
         known = cache.get(rollout_id)
-        answer = await self._ask(rollout_id, fingerprint, digests, known)
-        resolution = _read_resolution(answer, rollout_id, () if known is None else known.ids)
+        answer, named = await self._ask(rollout_id, fingerprint, digests, known)
+        resolution = _read_resolution(answer, rollout_id, () if named is None else named.ids)
         match = resolution.match
         if match is not None:
             cache.keep(rollout_id, match.digest, match.cumulative_token_ids)

@@ -13,7 +13,8 @@ Gym's `StagingSink` over the capture store (docs/staging.md#the-client):
 `stage` is synchronous and thread-safe: every completion thread of the
 worker shares one pool (`_blocking_store`). It sends `PUT .../staged/{call
 id}` with the record and its attachments in one body (the token columns
-packed as binary images, `_packed_columns`); the store answers once both
+packed as binary images, `_packed_columns`, when the store advertises
+`packed_stage`; else as lists in the record); the store answers once both
 are durable. It never raises: whatever keeps the call from being
 staged is `StageResult(ok=False, error=...)`, which Gym turns into a
 `worker_capture_failed` row so the rollout is never trained on a hole:
@@ -37,11 +38,12 @@ refuses any other class), else this package's (`_staged_types`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from token_finalizer_client._addressing import check_call_id, check_rollout_id, staged_path
 from token_finalizer_client._attachments import encode_attachments
 from token_finalizer_client._blocking_store import BlockingStoreConnection
+from token_finalizer_client._capabilities import PACKED_STAGE, REFUSED_EXTENSION_STATUSES
 from token_finalizer_client._exceptions import shorten
 from token_finalizer_client._gym_types import gym_staging_class
 from token_finalizer_client._json import dumps
@@ -52,39 +54,46 @@ from token_finalizer_client._wire import WireRequest, decode_body
 __all__ = ["HttpStagingSink"]
 
 
-def _record_body(record: object, attachments: Mapping[str, Any] | None) -> tuple[str, str, bytes]:
-    """(rollout id, call id, the request body) of one stage; ValueError or TypeError if invalid.
-
-    The token columns go packed beside the record when they pack exactly
-    (`_packed_columns`), else in the record as lists.
-    """
-    encoded = dumps(encode_attachments(attachments))
-    dump_json = getattr(record, "model_dump_json", None)
-    if not isinstance(record, Mapping) and callable(dump_json):
-        # Gym's pydantic record writes its own JSON (the same values as
-        # model_dump(mode="json")) in one pass; it is spliced into the body as is.
-        rollout_id, call_id = (
-            getattr(record, "rollout_id", None),
-            getattr(record, "model_call_id", None),
-        )
-        columns = pack_columns(*(getattr(record, name, None) for name in COLUMN_NAMES))
-        payload = dump_json() if columns is None else dump_json(exclude=set(COLUMN_NAMES))
-        record_json = payload.encode() if isinstance(payload, str) else payload
-    elif isinstance(record, Mapping):
+def _ids(record: object) -> tuple[str, str]:
+    """(rollout id, call id) of a record; ValueError or TypeError when it names none validly."""
+    if isinstance(record, Mapping):
         rollout_id, call_id = record.get("rollout_id"), record.get("model_call_id")
-        columns = pack_columns(*(record.get(name) for name in COLUMN_NAMES))
+    elif callable(getattr(record, "model_dump_json", None)):
+        rollout_id = getattr(record, "rollout_id", None)
+        call_id = getattr(record, "model_call_id", None)
+    else:
+        raise TypeError(
+            f"record must be a StagedCallRecord or a mapping, got {type(record).__name__}"
+        )
+    return check_rollout_id(rollout_id), check_call_id(call_id)
+
+
+def _record_body(record: object, attachments: bytes, *, pack: bool) -> tuple[bytes, bool]:
+    """(the request body, whether its columns went packed) of a record `_ids` accepted.
+
+    `attachments` are already encoded. With `pack`, the token columns go
+    packed beside the record when they pack exactly (`_packed_columns`);
+    else, and without it, in the record as lists.
+    """
+    if isinstance(record, Mapping):
+        columns = pack_columns(*(record.get(name) for name in COLUMN_NAMES)) if pack else None
         if columns is None:
             record_json = dumps(dict(record))
         else:
             record_json = dumps({k: v for k, v in record.items() if k not in COLUMN_NAMES})
     else:
-        raise TypeError(
-            f"record must be a StagedCallRecord or a mapping, got {type(record).__name__}"
+        # Gym's pydantic record writes its own JSON (the same values as
+        # model_dump(mode="json")) in one pass; it is spliced into the body as is.
+        dump_json: Any = cast(Any, record).model_dump_json
+        columns = (
+            pack_columns(*(getattr(record, name, None) for name in COLUMN_NAMES)) if pack else None
         )
-    body = b'{"attachments":' + encoded + b',"record":' + record_json
+        payload = dump_json() if columns is None else dump_json(exclude=set(COLUMN_NAMES))
+        record_json = payload.encode() if isinstance(payload, str) else payload
+    body = b'{"attachments":' + attachments + b',"record":' + record_json
     if columns is not None:
         body += b',"columns":' + dumps(columns)
-    return check_rollout_id(rollout_id), check_call_id(call_id), body + b"}"
+    return body + b"}", columns is not None
 
 
 def _result(*, ok: bool, staging_key: str | None = None, error: str | None = None) -> Any:
@@ -117,12 +126,23 @@ class HttpStagingSink(BlockingStoreConnection):
         write (or the call is refused).
         """
         try:
-            rollout_id, call_id, body = _record_body(record, attachments)
+            # Checked before anything is sent, the store's features included.
+            rollout_id, call_id = _ids(record)
+            encoded = dumps(encode_attachments(attachments))
         except (TypeError, ValueError) as exc:
             return _result(ok=False, error=f"not staged: {exc}")
-        request = WireRequest("PUT", staged_path(rollout_id, call_id), body)
+        path = staged_path(rollout_id, call_id)
         try:
-            reply = self._call(request)
+            body, packed = _record_body(record, encoded, pack=self._supports(PACKED_STAGE))
+            reply = self._call(WireRequest("PUT", path, body))
+            if packed and reply.status_code in REFUSED_EXTENSION_STATUSES:
+                # Perhaps no longer the store that advertised packed columns: ask it
+                # again, and stage as lists once more if it no longer does (a stage
+                # is write-once: the same record again is safe).
+                self._forget_capabilities()
+                if not self._supports(PACKED_STAGE):
+                    body, _ = _record_body(record, encoded, pack=False)
+                    reply = self._call(WireRequest("PUT", path, body))
         except Exception as exc:  # no answer after the retries, one too large, a closed pool
             # Gym's contract: a sink answers; whatever went wrong is a failed result.
             return _result(ok=False, error=f"{type(exc).__name__}: {shorten(str(exc))}")

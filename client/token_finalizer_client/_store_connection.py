@@ -10,7 +10,10 @@ its pool on first use (inside the server's event loop), sizes it for the
 server's concurrency (256 connections, all kept alive, by default), sends every
 call through the package's one retry policy with each try's whole exchange
 bounded by `timeout` and each answer by `DEFAULT_STORE_MAX_ANSWER_BYTES`, and
-never shows its token.
+never shows its token. Both kinds of connection keep what their store
+advertises at `GET /capabilities` (`_capabilities`): asked once per
+connection, shared by every caller, forgotten after a store refused an
+extension, so every extension is used only where the store serves it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import httpx
 
 from token_finalizer_client._aio_pool import AioPool
+from token_finalizer_client._capabilities import CAPABILITIES_PATH, Probe, StoreCapabilities
 from token_finalizer_client._constants import (
     ACCEPT_ENCODING,
     CONNECT_TIMEOUT_S,
@@ -38,13 +42,14 @@ from token_finalizer_client._exceptions import FinalizerError
 from token_finalizer_client._exchange import AnswerLimits, AsyncPool, HttpxAsyncPool, Reply
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries
 from token_finalizer_client._url_credentials import masked, sent_as_auth
-from token_finalizer_client._wire import WireRequest, decode_body, default_headers
+from token_finalizer_client._wire import WireRequest, default_headers
 
-__all__ = ["PooledStore", "StoreConnection", "StoreEndpoint"]
+__all__ = ["CAPABILITIES_REQUEST", "PROBE_RETRY", "PooledStore", "StoreConnection", "StoreEndpoint"]
 
-
-# Asked once per connection; a 404 (an older store) is an answer, not a reason to retry.
-_CAPABILITIES_REQUEST = WireRequest("GET", "/capabilities", retry_statuses=frozenset())
+# The capabilities probe: tried once (a probe that gets no answer means plain v1
+# for that call, and the next call asks again), no status repeated.
+CAPABILITIES_REQUEST = WireRequest("GET", CAPABILITIES_PATH, retry_statuses=frozenset())
+PROBE_RETRY = RetryPolicy(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +179,15 @@ class PooledStore:
         self._limits = AnswerLimits(timeout_s=timeout, max_bytes=max_answer_bytes)
         # Shown in reprs and log lines: a password the URL holds is masked.
         self.url = masked(url.rstrip("/"))
+        self._capabilities = StoreCapabilities()
+
+    def _forget_capabilities(self) -> None:
+        """Ask the store's features again on next use: it refused a request using one.
+
+        Called after a 404, 405 or 422 to a request that used an extension
+        (docs/store-protocol.md#extensions-and-capabilities).
+        """
+        self._capabilities.forget()
 
     def __repr__(self) -> str:  # never shows the token
         return f"{type(self).__name__}(url={self.url!r})"
@@ -211,28 +225,6 @@ class StoreConnection(PooledStore):
         self._transport = transport
         self._client: AsyncPool | None = None
         self._closed = False
-        self._features: frozenset[str] | None = None
-
-    async def _supports(self, feature: str) -> bool:
-        """Whether the store advertises `feature` at `GET /capabilities` (asked once, cached;
-        a store without the route has none). docs/store-protocol.md#capabilities."""
-        if self._features is None:
-            reply = await self._call(_CAPABILITIES_REQUEST)
-            features: frozenset[str] = frozenset()
-            if reply.status_code == 200:
-                try:
-                    body = decode_body(reply)
-                except (ValueError, FinalizerError):
-                    body = None
-                listed = body.get("features") if isinstance(body, dict) else None
-                if isinstance(listed, list):
-                    features = frozenset(name for name in listed if isinstance(name, str))
-            self._features = features
-        return feature in self._features
-
-    def _forget_capabilities(self) -> None:
-        """Ask again next time (after a 404/405/422 on an extension request)."""
-        self._features = None
 
     def _http(self) -> AsyncPool:
         if self._closed:
@@ -245,6 +237,16 @@ class StoreConnection(PooledStore):
     async def _call(self, request: WireRequest) -> Reply:
         """`request` sent through the retry policy, its answer read whole within the limits."""
         return await asend_with_retries(self._http(), request, self._retry, self._limits)
+
+    async def _supports(self, feature: str) -> bool:
+        """Whether the store advertises `feature` (asked once per connection, then kept)."""
+        return await self._capabilities.asupports(feature, self._probe_capabilities)
+
+    async def _probe_capabilities(self) -> Probe:
+        reply = await asend_with_retries(
+            self._http(), CAPABILITIES_REQUEST, PROBE_RETRY, self._limits
+        )
+        return reply.status_code, reply.content
 
     async def close(self) -> None:
         """Close the connection pool; safe to call twice."""

@@ -10,6 +10,10 @@ as the client's own classes do, so each rule is written once
 - capture-store connections: `StoreEndpoint` (base URL, bearer token,
   compression, timeouts, pool limits) and `StoreConnection` (the sink's and
   the resolver's pooled, retried connection);
+- negotiated extensions: `StoreCapabilities` (what a store advertises at
+  `GET /capabilities`, asked once and kept, forgotten after a refusal), the
+  feature names and `REFUSED_EXTENSION_STATUSES`
+  (docs/store-protocol.md#extensions-and-capabilities);
 - `ordered_map`: bounded concurrency with results in input order.
 
 It needs httpx and stamina; the pure wire contract is `token_finalizer_client.protocol`.
@@ -17,15 +21,31 @@ It needs httpx and stamina; the pure wire contract is `token_finalizer_client.pr
 
 from __future__ import annotations
 
+from token_finalizer_client._capabilities import (
+    CAPABILITIES_PATH,
+    COMPACT_RESOLVE,
+    KNOWN_PREFIX,
+    PACKED_FREEZE,
+    PACKED_STAGE,
+    REFUSED_EXTENSION_STATUSES,
+    StoreCapabilities,
+)
 from token_finalizer_client._constants import RETRY_STATUSES
 from token_finalizer_client._ordered import ordered_map
 from token_finalizer_client._retry import TRANSIENT_ERRORS, RetryPolicy, is_retryable_error
 from token_finalizer_client._store_connection import StoreConnection, StoreEndpoint
 
 __all__ = [
+    "CAPABILITIES_PATH",
+    "COMPACT_RESOLVE",
+    "KNOWN_PREFIX",
+    "PACKED_FREEZE",
+    "PACKED_STAGE",
+    "REFUSED_EXTENSION_STATUSES",
     "RETRY_STATUSES",
     "TRANSIENT_ERRORS",
     "RetryPolicy",
+    "StoreCapabilities",
     "StoreConnection",
     "StoreEndpoint",
     "is_retryable_error",

@@ -16,7 +16,9 @@ it reads every answer; the tests against the real store server are
 
 Paths are read from the raw path, each segment percent-decoded, exactly as
 the client encoded them. `store.answer_next(status, body)` makes the next
-requests get canned answers instead (retries, odd answers).
+requests get canned answers instead (retries, odd answers). It advertises
+the store server's features at `GET /capabilities` (`store.features`; None
+answers 404, a store that predates the route), a probe it does not record.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from token_finalizer.core.staging import (
     resolve_ledger,
     unpack_columns,
 )
+from token_finalizer.store_server.capabilities import STORE_FEATURES
 from token_finalizer_client._json import dumps, loads
 
 __all__ = ["Seen", "StagingStoreStandIn"]
@@ -101,6 +104,8 @@ class StagingStoreStandIn:
         self.requests: list[Seen] = []
         self._canned: deque[httpx.Response] = deque()
         self._lock = threading.Lock()
+        self.features: list[str] | None = list(STORE_FEATURES)
+        self.probes = 0
 
     # -- test controls ------------------------------------------------------------------
 
@@ -138,6 +143,12 @@ class StagingStoreStandIn:
         headers = {name.lower(): value for name, value in request.headers.items()}
         if segments == ("health",):  # the probe of a loopback server: not a protocol call
             return _json(200, {"status": "ok"})
+        if segments == ("capabilities",):  # negotiated features: not recorded either
+            with self._lock:
+                self.probes += 1
+                if self.features is None:
+                    return _error(404, "no route /capabilities")
+                return _json(200, {"protocol": 1, "features": list(self.features)})
         with self._lock:
             self.requests.append(Seen(request.method, segments, body, headers, request.content))
             if self._canned:

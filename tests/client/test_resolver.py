@@ -1,6 +1,8 @@
 """HttpLineageResolver on its own: what it sends, how it reads answers, and that it never raises.
 
-The store is played by httpx.MockTransport (the wire tests against real
+The store is played by httpx.MockTransport, advertising every feature of
+the store server (`tests.support.capabilities`; what it sends to a store
+that advertises less is test_resolver_capabilities.py; the wire tests against real
 store servers are tests/service/store_server/test_resolve.py and
 tests/integration/test_gym_transport_conformance.py).
 """
@@ -22,6 +24,7 @@ import pytest
 import zstandard
 
 from tests.client.test_cumulative import compact
+from tests.support.capabilities import advertising
 from tests.support.servers import free_port
 from token_finalizer_client import (
     HttpLineageResolver,
@@ -48,7 +51,8 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 
 def _resolver(handler: Handler, **options: Any) -> HttpLineageResolver:
-    return HttpLineageResolver(url=URL, transport=httpx.MockTransport(handler), **options)
+    transport = httpx.MockTransport(advertising(handler))
+    return HttpLineageResolver(url=URL, transport=transport, **options)
 
 
 def _answering(body: Any, status: int = 200) -> tuple[Handler, list[httpx.Request]]:

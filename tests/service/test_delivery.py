@@ -185,10 +185,18 @@ async def test_empty_snapshot_is_masked_with_its_reason(memory_store: MemoryToke
     """A rollout that captured nothing is masked: 'capture contains no token records'."""
     record = record_for("never-written")
     build = await finalize_rollout_token_capture(record, memory_store)
-    assert build["error"].startswith("capture contains no token records; ")
+    assert build["error"] == "capture contains no token records"
     assert build["_capture_snapshot"]["snapshot_id"]
     assert record[MASK_SAMPLE_KEY] is True
     assert record[TOKEN_CAPTURE_KEY]["error"] == build["error"]
+
+
+async def test_empty_snapshot_hint_names_store_delete(memory_store: MemoryTokenStore) -> None:
+    """The guidance on an empty capture is the build's and the record's `hint`, not its error."""
+    record = record_for("never-written")
+    build = await finalize_rollout_token_capture(record, memory_store)
+    assert "token-finalizer store delete never-written" in build["hint"]
+    assert record[TOKEN_CAPTURE_KEY]["hint"] == build["hint"]
 
 
 async def test_incomplete_by_mark_masks(memory_store: MemoryTokenStore) -> None:

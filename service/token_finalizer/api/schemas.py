@@ -52,9 +52,31 @@ _BUILD = {
     "description": (
         "What finalize built, without the rebuilt output (it lives in `record`): `builder`, "
         "`metrics`, `mask_sample`, `mask_reason` when masked, `unresolved_retries`, "
-        "`unresolved_parent_calls`, `_capture_snapshot` {`snapshot_id`, `version`}, and `error` "
-        "when the build failed. Null when the record's agent does not take part."
+        "`unresolved_parent_calls`, `_capture_snapshot` {`snapshot_id`, `version`}, `error` "
+        "when the build failed (NeMo Gym's own text wherever Gym defines one) and `hint` when "
+        "we have guidance on it. Null when the record's agent does not take part."
     ),
+    "properties": {
+        "error": {"type": "string", "description": "Why the build failed or is masked."},
+        "hint": {
+            "type": "string",
+            "description": "What to do about `error`; absent when there is nothing to add.",
+        },
+    },
+    "additionalProperties": True,
+}
+
+_TOKEN_CAPTURE = {
+    "type": "object",
+    "description": (
+        "The record's `_ng_token_capture`: the build's metrics, plus its `error`, `hint` and "
+        "`mask_reason` when it has them."
+    ),
+    "properties": {
+        "error": {"type": "string"},
+        "hint": {"type": "string"},
+        "mask_reason": {"type": "string"},
+    },
     "additionalProperties": True,
 }
 
@@ -135,6 +157,7 @@ _FINALIZE_ANSWER = {
         "record": {
             "type": "object",
             "description": "The record after finalize; it holds the rebuilt output.",
+            "properties": {"_ng_token_capture": _TOKEN_CAPTURE},
         },
         "build": _BUILD,
         "retirable": {

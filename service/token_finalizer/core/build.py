@@ -121,12 +121,16 @@ class BuildFailed(Exception):
 
     `reason` is the mask reason, chosen where the failure is found; the
     message may be reworded freely without changing what metrics and the
-    guard count.
+    guard count, except where it is NeMo Gym's own error string, which stays
+    byte for byte Gym's (docs/records-and-builds.md#error-strings). `hint`
+    is our guidance beside it (the build's and the record's `hint`), never
+    appended to the error.
     """
 
-    def __init__(self, message: str, *, reason: MaskReason) -> None:
+    def __init__(self, message: str, *, reason: MaskReason, hint: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.hint = hint
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,9 @@ class Build:
     rebuilt_response: dict[str, Any] | None = None
     mask_reason: MaskReason | None = None
     error: str | None = None
+    # Our guidance on what to do about `error` (docs/records-and-builds.md#hints):
+    # kept apart, so that an error NeMo Gym defines stays exactly Gym's text.
+    hint: str | None = None
     unresolved_retries: tuple[str, ...] = ()
     unresolved_parent_calls: tuple[str, ...] = ()
     snapshot: SnapshotRef | None = None
@@ -207,6 +214,7 @@ class Build:
         metrics: Mapping[str, Any],
         builder: str | None = None,
         snapshot: Snapshot | None = None,
+        hint: str | None = None,
     ) -> Build:
         """No rebuilt response: always masked; `snapshot` when the freeze had succeeded."""
         return cls(
@@ -217,6 +225,7 @@ class Build:
             mask_sample=True,
             mask_reason=mask_reason,
             error=error,
+            hint=hint,
             snapshot=None if snapshot is None else SnapshotRef.of(snapshot),
         )
 
@@ -291,10 +300,12 @@ class Build:
         return count
 
     def record_capture(self) -> dict[str, Any]:
-        """What the record's `_ng_token_capture` receives: the metrics, plus the error."""
+        """What the record's `_ng_token_capture` receives: the metrics, plus error and hint."""
         capture = dict(self.metrics)
         if self.error:
             capture["error"] = self.error
+        if self.hint:
+            capture["hint"] = self.hint
         if self.mask_reason is not None:
             capture["mask_reason"] = str(self.mask_reason)
         return capture
@@ -329,6 +340,8 @@ class Build:
             data["mask_reason"] = str(self.mask_reason)
         if self.error is not None:
             data["error"] = self.error
+        if self.hint is not None:
+            data["hint"] = self.hint
         if self.kind is BuildKind.BUILT:
             data["unresolved_retries"] = list(self.unresolved_retries)
             data["unresolved_parent_calls"] = list(self.unresolved_parent_calls)

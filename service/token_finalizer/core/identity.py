@@ -64,8 +64,11 @@ def rollout_id_of(record: object) -> str | None:
     explicit = record.get("_ng_rollout_id")
     if explicit is not None:
         if not isinstance(explicit, str) or not _RECORD_ID.fullmatch(explicit):
+            # NeMo Gym 0.7's words, byte for byte: the record's error quotes them
+            # (docs/records-and-builds.md#error-strings).
             raise InvalidRolloutId(
-                f"_ng_rollout_id {explicit!r} must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"
+                "_ng_rollout_id must be a string of letters, digits, dots, dashes or "
+                f"underscores starting with a letter or digit; got {explicit!r}"
             )
         base = explicit
     elif record.get("_ng_task_index") is not None and record.get("_ng_rollout_index") is not None:

@@ -38,16 +38,18 @@ __all__ = [
     "BUILDER_NAME",
     "DUPLICATE_CALL_ID_ERROR",
     "EMPTY_CAPTURE_ERROR",
+    "EMPTY_CAPTURE_HINT",
     "is_lineage_snapshot",
     "rebuild_snapshot",
 ]
 
 BUILDER_NAME = "prefix_merging"
-# Error texts of failed builds: a contract (docs/records-and-builds.md#error-strings).
+# Error texts of failed builds: a contract (docs/records-and-builds.md#error-strings);
+# this one is NeMo Gym 0.7's, byte for byte (tests/vectors/nemo_gym_0_7/errors.json).
 EMPTY_CAPTURE_ERROR = "capture contains no token records"
-# What follows it: finalizing a wrong or early id froze that id for good.
-EMPTY_CAPTURE_FROZEN = (
-    "; finalize froze rollout {rollout_id} all the same, so a later write to it is refused: "
+# Its hint: finalizing a wrong or early id froze that id for good.
+EMPTY_CAPTURE_HINT = (
+    "finalize froze rollout {rollout_id} all the same, so a later write to it is refused: "
     "if the id is wrong or its rollout was not finished, remove the capture with "
     "`token-finalizer store delete {rollout_id}`"
 )
@@ -181,6 +183,7 @@ def _failed(
         builder=BUILDER_NAME,
         snapshot=snapshot,
         mask_reason=MaskReason.CAPTURE_INCOMPLETE if snapshot.incomplete else failure.reason,
+        hint=failure.hint,
     )
 
 
@@ -199,11 +202,12 @@ def rebuild_snapshot(
     record nothing is attributed.
     """
     if not snapshot.entries:
-        # The freeze that found nothing still froze the id: say so where the
-        # caller reads it (docs/records-and-builds.md#error-strings).
+        # The freeze that found nothing still froze the id: the hint says so
+        # beside Gym's error (docs/records-and-builds.md#hints).
         empty = BuildFailed(
-            f"{EMPTY_CAPTURE_ERROR}{EMPTY_CAPTURE_FROZEN.format(rollout_id=snapshot.rollout_id)}",
+            EMPTY_CAPTURE_ERROR,
             reason=MaskReason.EMPTY_CAPTURE,
+            hint=EMPTY_CAPTURE_HINT.format(rollout_id=snapshot.rollout_id),
         )
         return _failed(snapshot, empty, None, "")
     if terminal_attribution and record is not None:

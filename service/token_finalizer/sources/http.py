@@ -11,6 +11,11 @@ snapshot), so they go through the project's one retry policy,
 stands), with this source's own attempt count and delays; each retry is
 logged as one warning naming the method and path (docs/configuration.md#logs).
 
+Beyond plain v1 it asks a freeze's staged columns packed (`?columns=packed`)
+only of a store that advertises `packed_freeze` at `GET /capabilities`, asked
+once per source through the client package's `StoreCapabilities` (the rule
+every client of ours follows; docs/store-protocol.md#extensions-and-capabilities).
+
 Every failure is raised as a CaptureError subclass whose message says what
 went wrong and where; the finalize path turns it into a masked build.
 """
@@ -56,15 +61,19 @@ from token_finalizer.sources._http_staged import STAGED_KIND, extras_of, staged_
 from token_finalizer.sources.base import MemoryHealth, StagedExtras
 from token_finalizer_client.protocol import rollout_path
 from token_finalizer_client.transport import (
+    CAPABILITIES_PATH,
+    PACKED_FREEZE,
+    REFUSED_EXTENSION_STATUSES,
     RETRY_STATUSES,
     RetryPolicy,
+    StoreCapabilities,
     StoreEndpoint,
     is_retryable_error,
 )
 
 __all__ = ["HttpTokenSource"]
 
-# Asked with every freeze (docs/staging.md#packed-columns).
+# Asked with every freeze of a store advertising packed_freeze (docs/staging.md#packed-columns).
 _PACKED_COLUMNS = {"columns": "packed"}
 # How a store server's freeze answer of a staging rollout starts (after the rollout id).
 _STAGED_HEAD = b'"kind":"staged"'
@@ -200,6 +209,7 @@ class HttpTokenSource:
         self._client = endpoint.open(transport)
         self._closed = False
         self._memory: MemoryHealth | None = None
+        self._capabilities = StoreCapabilities()
 
     def __repr__(self) -> str:  # never shows the token
         return f"HttpTokenSource(url={self.url!r})"
@@ -276,6 +286,20 @@ class HttpTokenSource:
             f"{answer.error_text()}"
         )
 
+    # -- negotiated extensions ------------------------------------------------
+
+    async def _probe_capabilities(self) -> tuple[int, bytes]:
+        # One try within one deadline: no answer means plain v1 for this call.
+        if self._closed:
+            raise SourceUnavailable(f"the http source for {self.url} is closed")
+        async with asyncio.timeout(self.deadline_s):
+            answer = await self._exchange("GET", CAPABILITIES_PATH)
+        return answer.status_code, answer.body()
+
+    async def _supports(self, feature: str) -> bool:
+        """Whether the store advertises `feature` (asked once per source, then kept)."""
+        return await self._capabilities.asupports(feature, self._probe_capabilities)
+
     # -- TokenSource -----------------------------------------------------------
 
     async def _within_deadline(self, method: str, path: str, what: str, **kwargs: Any) -> _Answer:
@@ -293,9 +317,17 @@ class HttpTokenSource:
         """Freeze the rollout in the remote store and return its snapshot."""
         path = rollout_path(check_store_id(rollout_id), "freeze")
         what = f"freeze of rollout {rollout_id}"
-        # A staging rollout's token columns come packed: decoded by numpy here,
-        # not parsed number by number (an older store ignores the parameter).
-        answer = await self._within_deadline("POST", path, what, params=_PACKED_COLUMNS)
+        # A staging rollout's token columns come packed where the store says it
+        # can: decoded by numpy here, not parsed number by number.
+        packed = await self._supports(PACKED_FREEZE)
+        params = _PACKED_COLUMNS if packed else None
+        answer = await self._within_deadline("POST", path, what, params=params)
+        if packed and answer.status_code in REFUSED_EXTENSION_STATUSES:
+            # Perhaps no longer the store that advertised it: ask again, and freeze
+            # once more in plain v1 if it no longer does (a freeze is idempotent).
+            self._capabilities.forget()
+            if not await self._supports(PACKED_FREEZE):
+                answer = await self._within_deadline("POST", path, what)
         self._check_status(answer, f"freeze of rollout {rollout_id}")
         if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
             # Decoding and parsing a large snapshot would stall the event loop (and

@@ -48,6 +48,7 @@ from token_finalizer.store_server.capabilities import capabilities_body
 from token_finalizer.store_server.control_route import install_control_route
 from token_finalizer.store_server.roles import (
     CALL_ROUTE,
+    OPEN_PATHS,
     StoreTokens,
     checks_own_token,
     role_of,
@@ -171,7 +172,7 @@ def _app_with_guards(access: StoreTokens) -> FastAPI:
             BearerTokenGuard,
             tokens=access.by_role(),
             role_of=role_of,
-            open_paths={"/health"},
+            open_paths=OPEN_PATHS,
             passes=checks_own_token,
         )
     # One JSON line per request, probes (/health) at debug level only.
@@ -180,7 +181,7 @@ def _app_with_guards(access: StoreTokens) -> FastAPI:
 
 
 def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> None:
-    """/health and protocol v1's token-capture routes (docs/store-protocol.md#calls)."""
+    """/health, /capabilities and the token-capture routes (docs/store-protocol.md#calls)."""
 
     @app.get("/health")
     async def health() -> Response:
@@ -190,7 +191,7 @@ def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader)
 
     @app.get("/capabilities")
     async def capabilities() -> Response:
-        # Open like /health: a client asks before it knows which role it holds.
+        # Which extensions clients may use (docs/store-protocol.md#extensions-and-capabilities).
         return json_response(capabilities_body())
 
     @app.post(PROTOCOL_PREFIX + "/freeze")

@@ -27,6 +27,7 @@ __all__ = [
     "ATTACHMENTS_ROUTE",
     "CALL_ROUTE",
     "CONTROL_MANIFEST_ROUTE",
+    "OPEN_PATHS",
     "OPEN_ROUTES",
     "ROUTE_ROLES",
     "SELF_CHECKED_ROUTES",
@@ -72,8 +73,11 @@ ROUTE_ROLES: Mapping[tuple[str, str], StoreRole] = {
     ("GET", CONTROL_MANIFEST_ROUTE): StoreRole.CONTROL,
 }
 
-# Probes: load balancers and the finalizer's /ready carry no token.
+# Probes: load balancers and the finalizer's /ready carry no token; a client
+# asks /capabilities before it has used its token for anything else.
 OPEN_ROUTES = frozenset({("GET", "/health"), ("GET", "/capabilities")})
+# Their paths, for the bearer check (`web.auth.BearerTokenGuard`'s open paths).
+OPEN_PATHS = frozenset(path for _, path in OPEN_ROUTES)
 # Routes that check the bearer token themselves, answering a refusal in the shape
 # their caller expects: NeMo Gym's control route (401 {"detail": ...}). The
 # shared guard lets them through; each accepts the tokens of its role.

@@ -161,14 +161,26 @@ def test_projection_without_generated_tokens_names_no_trainable_tokens() -> None
     )
 
 
-def test_empty_capture_error_says_the_id_is_frozen_and_how_to_free_it() -> None:
-    """An empty capture's error says finalize froze the id, and names `store delete`."""
+def test_empty_capture_error_is_gyms_exactly() -> None:
+    """An empty capture's error is NeMo Gym's text and nothing more."""
     build = rebuild_snapshot(snapshot_of([]))
-    assert build.error == (
-        "capture contains no token records; finalize froze rollout r all the same, so a later "
-        "write to it is refused: if the id is wrong or its rollout was not finished, remove the "
-        "capture with `token-finalizer store delete r`"
+    assert build.error == "capture contains no token records"
+
+
+def test_empty_capture_hint_says_the_id_is_frozen_and_how_to_free_it() -> None:
+    """An empty capture's hint says finalize froze the id, and names `store delete`."""
+    build = rebuild_snapshot(snapshot_of([]))
+    assert build.hint == (
+        "finalize froze rollout r all the same, so a later write to it is refused: if the id is "
+        "wrong or its rollout was not finished, remove the capture with "
+        "`token-finalizer store delete r`"
     )
+
+
+def test_a_build_without_guidance_has_no_hint() -> None:
+    """A build with nothing to add carries no `hint` key, in the build or the record."""
+    build = rebuild_snapshot(snapshot_of([make_entry("r", "c1", [1, 2], [3])]))
+    assert "hint" not in build.to_dict() and "hint" not in build.record_capture()
 
 
 # -- a call stored twice (NeMo Gym 0.7 counts every stored line) ---------------------------
