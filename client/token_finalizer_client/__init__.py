@@ -11,9 +11,12 @@
 `FinalizerError` subclasses (see `_exceptions` for the tree). `HttpTokenSink`
 is the writer side of a remote capture store, for model servers, and
 `HttpLineageResolver` its request-time lineage lookup (NeMo Gym 0.7's
-`LineageResolver`). For NeMo Gym 0.7's external staging, `HttpCaptureLedger`
-is the model server's capture ledger (Gym's `CaptureLedger`),
-`HttpStagingSink` the inference worker's staging sink and
+`LineageResolver`); `HttpTokenSource` is Gym's `TokenSource` over the same
+store, for a Gym process that finalizes itself (its snapshots are Gym's own
+types when Gym is importable, else `SourceSnapshot` of `SourceEntry`). For
+NeMo Gym 0.7's external staging, `HttpCaptureLedger` is the model server's
+capture ledger (Gym's `CaptureLedger`), `HttpStagingSink` the inference
+worker's staging sink and
 `HttpStagingSource` the trainer's staging source; `StageResult` and
 `StagedCallBaseSnapshot` are what they hand out when Gym itself is not
 loaded. A finalize of a staged rollout answers `Finalized.staged`, a
@@ -78,6 +81,7 @@ if TYPE_CHECKING:
         ResolutionStatus,
     )
     from token_finalizer_client._sink import HttpTokenSink
+    from token_finalizer_client._source_types import SourceEntry, SourceSnapshot
     from token_finalizer_client._staged_row import (
         ExtrasCommitment,
         StagedFailure,
@@ -88,6 +92,7 @@ if TYPE_CHECKING:
     from token_finalizer_client._staged_types import StagedCallBaseSnapshot, StageResult
     from token_finalizer_client._staging_sink import HttpStagingSink
     from token_finalizer_client._staging_source import HttpStagingSource
+    from token_finalizer_client._token_source import HttpTokenSource
     from token_finalizer_client._types import Finalized, Readiness
 
 __version__ = "0.4.0"
@@ -122,6 +127,9 @@ _LAZY = {
     "LineageResolution": "_resolver",
     "ResolutionStatus": "_resolver",
     "HttpTokenSink": "_sink",
+    "HttpTokenSource": "_token_source",
+    "SourceEntry": "_source_types",
+    "SourceSnapshot": "_source_types",
     "HttpCaptureLedger": "_ledger",
     "HttpStagingSink": "_staging_sink",
     "HttpStagingSource": "_staging_source",
@@ -156,6 +164,7 @@ __all__ = [
     "HttpStagingSink",
     "HttpStagingSource",
     "HttpTokenSink",
+    "HttpTokenSource",
     "InvalidAnswerError",
     "InvalidLedgerRequestError",
     "LedgerConflictError",
@@ -169,6 +178,8 @@ __all__ = [
     "Readiness",
     "ResolutionStatus",
     "ServerError",
+    "SourceEntry",
+    "SourceSnapshot",
     "SourceUnavailableError",
     "StageResult",
     "StagedCallBaseSnapshot",

@@ -160,3 +160,24 @@ class AioPool:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+    def forget(self) -> None:
+        """Close the session of a loop that has closed, without running anything on that loop.
+
+        aiohttp's close finds the loop closed and has nothing to wait for, so
+        its coroutine ends at its first step; should it ever need the loop,
+        the session is detached instead. Either way it counts as closed: no
+        "Unclosed client session" when it is collected (`_loop_pools`).
+        """
+        session, self._session = self._session, None
+        if session is None:
+            return
+        closing = session.close()
+        try:
+            closing.send(None)
+        except StopIteration:
+            return
+        except Exception:  # a connector that cannot close off its loop: nothing to save
+            pass
+        closing.close()
+        session.detach()

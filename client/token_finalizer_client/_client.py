@@ -1,7 +1,9 @@
 """The finalizer API clients: `FinalizerClient` (sync) and `AsyncFinalizerClient`.
 
-Both have the same surface and behaviour; each owns one httpx connection pool
-for its lifetime, so open one per process (or per event loop) and reuse it.
+Both have the same surface and behaviour; open one per process and reuse it.
+`FinalizerClient` owns one httpx connection pool, shared by every thread;
+`AsyncFinalizerClient` one per event loop it is used from, opened on first
+use there and closed with that loop (`_loop_pools`).
 What they send and how they read answers lives in `_wire`, when to repeat a
 call in `_retry` (the project's one retry policy), how one try is bounded in
 `_exchange`: the two classes only add the blocking or asyncio transport.
@@ -35,8 +37,9 @@ from token_finalizer_client._constants import (
     DEFAULT_TIMEOUT_S,
 )
 from token_finalizer_client._deadline import bound_by_deadlines
-from token_finalizer_client._exceptions import FinalizerError
-from token_finalizer_client._exchange import AnswerLimits, HttpxAsyncPool, Reply
+from token_finalizer_client._exceptions import ClientClosedError, FinalizerError
+from token_finalizer_client._exchange import AnswerLimits, AsyncPool, HttpxAsyncPool, Reply
+from token_finalizer_client._loop_pools import LoopPools
 from token_finalizer_client._ordered import ordered_map
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries, send_with_retries
 from token_finalizer_client._types import Finalized, Readiness
@@ -57,7 +60,7 @@ from token_finalizer_client._wire import (
 
 __all__ = ["AsyncFinalizerClient", "FinalizerClient"]
 
-_Pool = TypeVar("_Pool", httpx.Client, httpx.AsyncClient)
+_Pool = TypeVar("_Pool", httpx.Client, LoopPools)
 
 DEFAULT_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
 _LIMITS = httpx.Limits(
@@ -183,18 +186,31 @@ class FinalizerClient(_BaseClient[httpx.Client]):
         self.close()
 
 
-class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
+class AsyncFinalizerClient(_BaseClient[LoopPools]):
     """Asyncio client of the finalizer HTTP API; same surface as `FinalizerClient`.
 
     Adds `finalize_many` (and its streaming form `finalize_iter`) to finalize
     a batch with bounded concurrency, results in input order.
     """
 
-    def _open_pool(self, **options: Any) -> httpx.AsyncClient:
-        return httpx.AsyncClient(**options)
+    _closed = False
+
+    def _open_pool(self, **options: Any) -> LoopPools:
+        def open_one() -> AsyncPool:
+            return HttpxAsyncPool(httpx.AsyncClient(**options))
+
+        # One httpx pool per event loop, opened there (docs/architecture.md#event-loops).
+        return LoopPools(open_one)
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called: every call afterwards raises `ClientClosedError`."""
+        return self._closed
 
     async def _send(self, request: WireRequest) -> Reply:
-        pool = HttpxAsyncPool(self._http)
+        if self._closed:
+            raise ClientClosedError(f"this {type(self).__name__} is closed")
+        pool = self._http.current()
         return await asend_with_retries(pool, request, self._retry, self._limits)
 
     async def finalize(self, record: dict[str, Any], *, source: str | None = None) -> Finalized:
@@ -278,7 +294,11 @@ class AsyncFinalizerClient(_BaseClient[httpx.AsyncClient]):
         return read_readiness(await self._send(READY_REQUEST))
 
     async def close(self) -> None:
-        """Close the connection pool; safe to call twice."""
+        """Close the running loop's pool (each other loop's closes on its loop); safe twice.
+
+        Every call afterwards raises `ClientClosedError` (a RuntimeError).
+        """
+        self._closed = True
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncFinalizerClient:

@@ -74,6 +74,10 @@ class FinalizerError(Exception):
     """Base class of every error this package raises."""
 
 
+class ClientClosedError(FinalizerError, RuntimeError):
+    """A call on a client object after its `close()` (a RuntimeError, as httpx's own was)."""
+
+
 class MalformedAnswerError(FinalizerError):
     """The service answered something the protocol does not allow; nothing of it is used.
 

@@ -247,6 +247,10 @@ class AsyncPool(Protocol):
         """Close every connection of the pool."""
         ...
 
+    def forget(self) -> None:
+        """Let go of a pool whose event loop has closed, awaiting nothing (`_loop_pools`)."""
+        ...
+
 
 class HttpxAsyncPool:
     """An `httpx.AsyncClient` as an `AsyncPool`."""
@@ -263,3 +267,6 @@ class HttpxAsyncPool:
     async def aclose(self) -> None:
         """Close the wrapped client."""
         await self.client.aclose()
+
+    def forget(self) -> None:
+        """Nothing to do: httpx warns of no unclosed client, its sockets die with their loop."""

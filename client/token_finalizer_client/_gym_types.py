@@ -17,10 +17,19 @@ import importlib
 import sys
 from typing import Any
 
-__all__ = ["GYM_STAGING_RECORDS", "gym_staging_class"]
+__all__ = [
+    "GYM_PROTOCOLS",
+    "GYM_RECORDS",
+    "GYM_STAGING_RECORDS",
+    "gym_class",
+    "gym_staging_class",
+]
 
 # Where NeMo Gym 0.7 defines its staging wire types.
 GYM_STAGING_RECORDS = "nemo_gym.token_id_capture.staging.records"
+# Where it defines `TokenEntry`, and the `TokenCaptureSnapshot` a TokenSource returns.
+GYM_RECORDS = "nemo_gym.token_id_capture.records"
+GYM_PROTOCOLS = "nemo_gym.token_id_capture.protocols"
 
 # Modules an import was tried for and failed: not tried again in this process.
 _unimportable: set[str] = set()
@@ -37,11 +46,16 @@ def _module(name: str, *, load: bool) -> Any:
         return None
 
 
-def gym_staging_class(name: str, *, load: bool = False) -> type | None:
-    """Gym's staging class `name`, or None when Gym is not there.
+def gym_class(module: str, name: str, *, load: bool = False) -> type | None:
+    """Gym's class `name` of `module`, or None when Gym is not there.
 
     Only a module already loaded is looked at, unless `load` asks to import
     it (once per process; a failed import is not tried again).
     """
-    found = getattr(_module(GYM_STAGING_RECORDS, load=load), name, None)
+    found = getattr(_module(module, load=load), name, None)
     return found if isinstance(found, type) else None
+
+
+def gym_staging_class(name: str, *, load: bool = False) -> type | None:
+    """Gym's staging class `name` (`gym_class` of its staging records module)."""
+    return gym_class(GYM_STAGING_RECORDS, name, load=load)

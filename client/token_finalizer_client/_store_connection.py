@@ -6,7 +6,7 @@ the lineage resolver, the capture ledger, the staging sink and source
 (`_blocking_store`) and the service's `http` source all open theirs from it,
 each with its own numbers. `StoreConnection` is the sink's and the resolver's
 shared base: built by a NeMo Gym model server from keyword arguments, it opens
-its pool on first use (inside the server's event loop), sizes it for the
+a pool in each event loop it is used from, on first use there (`_loop_pools`), sizes it for the
 server's concurrency (256 connections, all kept alive, by default), sends every
 call through the package's one retry policy with each try's whole exchange
 bounded by `timeout` and each answer by `DEFAULT_STORE_MAX_ANSWER_BYTES`, and
@@ -38,8 +38,9 @@ from token_finalizer_client._constants import (
     STORE_KEEPALIVE_EXPIRY_S,
 )
 from token_finalizer_client._deadline import bound_by_deadlines
-from token_finalizer_client._exceptions import FinalizerError
+from token_finalizer_client._exceptions import ClientClosedError
 from token_finalizer_client._exchange import AnswerLimits, AsyncPool, HttpxAsyncPool, Reply
+from token_finalizer_client._loop_pools import LoopPools
 from token_finalizer_client._retry import RetryPolicy, asend_with_retries
 from token_finalizer_client._url_credentials import masked, sent_as_auth
 from token_finalizer_client._wire import WireRequest, default_headers
@@ -223,16 +224,14 @@ class StoreConnection(PooledStore):
             max_answer_bytes=DEFAULT_STORE_MAX_ANSWER_BYTES,
         )
         self._transport = transport
-        self._client: AsyncPool | None = None
+        # One pool per event loop, opened on first use there (docs/architecture.md#event-loops).
+        self._pools = LoopPools(lambda: self._endpoint.open_pool(self._transport))
         self._closed = False
 
     def _http(self) -> AsyncPool:
         if self._closed:
-            raise FinalizerError(f"{self!r} is closed")
-        if self._client is None:
-            # Created on first use, inside the model server's event loop.
-            self._client = self._endpoint.open_pool(self._transport)
-        return self._client
+            raise ClientClosedError(f"{self!r} is closed")
+        return self._pools.current()
 
     async def _call(self, request: WireRequest) -> Reply:
         """`request` sent through the retry policy, its answer read whole within the limits."""
@@ -249,8 +248,9 @@ class StoreConnection(PooledStore):
         return reply.status_code, reply.content
 
     async def close(self) -> None:
-        """Close the connection pool; safe to call twice."""
+        """Close the running loop's pool (and hand each other loop's to it); safe to call twice.
+
+        Any call afterwards raises `ClientClosedError` (a FinalizerError).
+        """
         self._closed = True
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        await self._pools.aclose()
