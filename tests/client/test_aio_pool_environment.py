@@ -84,7 +84,7 @@ async def test_with_a_token_the_netrc_entry_breaks_nothing(
     """Sink, ledger and resolver all answer, each request carrying the bearer token only."""
     seen, url = recording
     assert await _use_every_connection(url, "t0k") == "none"  # not lookup_error
-    assert len(seen) == 3
+    assert len(seen) >= 3  # and the sink's /capabilities probe
     assert {headers["authorization"] for headers in seen} == {"Bearer t0k"}
 
 
@@ -94,7 +94,7 @@ async def test_without_a_token_no_netrc_password_is_sent(
     """No request carries an Authorization header: the `.netrc` password stays home."""
     seen, url = recording
     await _use_every_connection(url, None)
-    assert len(seen) == 3
+    assert len(seen) >= 3  # and the sink's /capabilities probe
     assert all("authorization" not in headers for headers in seen)
 
 
