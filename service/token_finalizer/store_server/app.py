@@ -43,20 +43,20 @@ from token_finalizer.store_server._requests import (
     resolve_request,
     token_form,
 )
+from token_finalizer.store_server._route_access import route_access
 from token_finalizer.store_server.control_route import install_control_route
 from token_finalizer.store_server.roles import (
     CALL_ROUTE,
     StoreTokens,
-    checks_own_token,
-    role_of,
     unassigned_routes,
 )
 from token_finalizer.store_server.staging_routes import install_staging_routes
 from token_finalizer.web.access_log import AccessLogMiddleware
 from token_finalizer.web.answers import error_response, json_response
-from token_finalizer.web.auth import BearerTokenGuard
+from token_finalizer.web.auth import BearerTokenGuard, Receive, Scope, Send
 from token_finalizer.web.body import JsonBody, read_json_object
 from token_finalizer.web.errors import HttpError, StatusTable, install_error_handlers
+from token_finalizer.web.paths import ControlCharacterRefusal
 from token_finalizer_client.protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
 
 __all__ = ["PROTOCOL_PREFIX", "create_store_app"]
@@ -88,8 +88,7 @@ def _rollout_segment(request: Request) -> str | None:
 def _bad_id_not_found(request: Request) -> Response | None:
     """`a%2Fb` arrives decoded as two segments and matches no route: name the bad id.
 
-    A call id holding a newline matches no route either (a route's pattern
-    stops at line ends): it is named the same way.
+    (A call id holding a newline never gets here: web/paths.py refuses it 400.)
     """
     segment = _rollout_segment(request)
     if segment is not None:
@@ -102,6 +101,14 @@ def _bad_id_not_found(request: Request) -> Response | None:
         except HttpError as refusal:
             return error_response(refusal.status_code, refusal.message)
     return error_response(404, f"no such capture-store path: {request.url.path}")
+
+
+async def _refuse_unknown(scope: Scope, receive: Receive, send: Send) -> None:
+    """The guard's answer to a path no route serves: the same as without auth."""
+    request = Request(scope, receive)
+    response = _bad_id_not_found(request)
+    assert response is not None
+    await response(scope, receive, send)
 
 
 def _check_roles(app: FastAPI) -> None:
@@ -165,13 +172,15 @@ def _app_with_guards(access: StoreTokens) -> FastAPI:
     )
     if access.enabled:
         # Probes stay open: load balancers and the finalizer's /ready have no token.
+        # The role is the one of the route that will serve the request (_route_access).
         app.add_middleware(
             BearerTokenGuard,
             tokens=access.by_role(),
-            role_of=role_of,
-            open_paths={"/health"},
-            passes=checks_own_token,
+            access_of=route_access(app.router.routes),
+            unknown=_refuse_unknown,
         )
+    # Before the guard and the router: no path with a control character is matched.
+    app.add_middleware(ControlCharacterRefusal)
     # One JSON line per request, probes (/health) at debug level only.
     app.add_middleware(AccessLogMiddleware)
     return app
