@@ -24,6 +24,7 @@ from token_finalizer.core.errors import (
     InvalidRolloutId,
     SourceUnavailable,
     StoreFull,
+    StoreUnreachable,
     TokenEntryError,
 )
 from token_finalizer.core.identity import check_model_call_id, check_store_id
@@ -72,7 +73,11 @@ _STATUS_OF: StatusTable = {
     CaptureRetired: 409,
     CaptureCorrupt: 500,
     StoreFull: 507,
-    SourceUnavailable: 503,
+    # Only a backend out of reach is worth another try; one that answered garbage
+    # (WRONGTYPE, a script refusing its data) answers the same again: the finalizer
+    # masks a 500, it retries a 503 forever (issue 29, docs/store-protocol.md).
+    StoreUnreachable: 503,
+    SourceUnavailable: 500,
 }
 
 
