@@ -251,3 +251,12 @@ def test_the_access_log_says_masked(
         orjson.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == ACCESS_LOGGER
     ]
     assert [line["outcome"] for line in lines if line["path"] == "/finalize"] == ["masked"]
+
+
+def test_a_lone_surrogate_at_rest_still_masks_with_a_200(service: StagedService) -> None:
+    """A ledger failure holding `\\ud800` (written before 422s refused it) masks, never a 500."""
+    chat = _chat("st-surrogate")
+    _write(service, chat)
+    service.seed(lambda store: store.record_ledger_failure(chat.rollout_id, "c9", "x\ud800"))
+    answer = service.finalize(_record(chat))
+    assert (answer["build"]["mask_sample"], answer["retire"]) == (True, None)
