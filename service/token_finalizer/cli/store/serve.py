@@ -164,6 +164,13 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
         except CaptureError as exc:
             print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
             return 2
+        check_cluster_mode = getattr(store, "check_cluster_mode", None)
+        if check_cluster_mode is not None:
+            try:
+                await check_cluster_mode()
+            except CaptureError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
         app = create_store_app(store, tokens=_store_tokens(args))
         # h11 with a request-head deadline, and a connection cap (web/protocol.py).
         config = uvicorn.Config(

@@ -320,6 +320,10 @@ class RedisTokenStore(StagingDelegate):
         """Raise SourceUnavailable unless the server answers PING."""
         await self._redis.ping()
 
+    async def check_cluster_mode(self) -> None:
+        """SourceUnavailable when the server given as one Redis is a Redis Cluster node."""
+        await self._redis.check_cluster_mode()
+
     async def close(self) -> None:
         """Close the connection pool (a client passed in stays the caller's); idempotent."""
         await self._redis.close()
