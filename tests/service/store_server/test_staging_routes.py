@@ -441,3 +441,19 @@ def test_a_surrogate_pair_is_text(http: httpx.Client, chat: Conversation) -> Non
     stored = _send_escaped(http, "POST", _path(chat, "ledger/failures"), body)
     manifest = http.get(_path(chat, "ledger/manifest"), headers=FINALIZER).json()
     assert (stored.status_code, manifest["failures"][0]["reason"]) == (201, "ok \U0001f600")
+
+
+@pytest.mark.parametrize(
+    "raw", ["NaN", "Infinity", "-Infinity", "1e400", str(2**64), str(-(2**63) - 1)]
+)
+def test_a_json_attachment_that_cannot_come_back_exactly_is_422(
+    http: httpx.Client, chat: Conversation, raw: str
+) -> None:
+    """NaN, Infinity, 1e400 and integers outside 64 bits are refused, not stored changed."""
+    record = chat.records[0]
+    body = json.dumps({"record": record.to_json(), "attachments": {"n": {"json": 0}}})
+    content = body.replace('{"json": 0}', '{"json": [' + raw + "]}").encode()
+    headers = {**WRITER, "Content-Type": "application/json"}
+    path = _path(chat, f"staged/{record.model_call_id}")
+    response = http.put(path, content=content, headers=headers)
+    assert response.status_code == 422
