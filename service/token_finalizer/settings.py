@@ -41,6 +41,7 @@ from token_finalizer._constants import (
     MAX_SETTING_SECONDS,
     MIN_RETIRE_KEY_BYTES,
 )
+from token_finalizer.core.redaction import redact
 from token_finalizer.core.store_urls import check_key_prefix, check_redis_seeds, check_redis_url
 
 __all__ = [
@@ -163,7 +164,9 @@ class SourceSettings(_Strict):
             if not self.url:
                 raise ValueError("an http source needs `url`")
             if not self.url.startswith(("http://", "https://")):
-                raise ValueError(f"url {self.url!r} must start with http:// or https://")
+                # Redacted: this line is printed at start-up (issue 29).
+                shown = redact(self.url)
+                raise ValueError(f"url {shown!r} must start with http:// or https://")
         if self.kind == "redis":
             check_redis_seeds(_redis_urls(self.url, self.urls), cluster=self.cluster)
             if self.key_prefix is not None:

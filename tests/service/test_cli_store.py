@@ -137,6 +137,26 @@ def test_store_serve_refuses_an_empty_role_token(
     assert "--writer-token is empty" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", ["--finalizer-token", "--token"])
+def test_store_serve_refuses_a_token_of_spaces(
+    capture_dir: Path, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    """A token of spaces only (no request can bear it: HTTP strips them) exits 2 like ''."""
+    assert main(["store", "serve", "--dir", str(capture_dir), option, " "]) == 2
+    assert f"{option} is empty" in capsys.readouterr().err
+
+
+def test_store_serve_refuses_a_token_variable_holding_no_token(
+    capture_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`$TOKEN_FINALIZER_STORE_WRITER_TOKENS=','` exits 2 naming it, never serving open."""
+    monkeypatch.setenv("TOKEN_FINALIZER_STORE_WRITER_TOKENS", ",")
+    assert main(["store", "serve", "--dir", str(capture_dir)]) == 2
+    assert "$TOKEN_FINALIZER_STORE_WRITER_TOKENS is set but holds no token" in (
+        capsys.readouterr().err
+    )
+
+
 def test_store_serve_refuses_an_empty_token(
     capture_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -460,3 +460,16 @@ def test_the_app_closes_the_shared_guard(tmp_path: Path, redis_url: str, prefix:
         guard = app.state.service.guard
         assert isinstance(guard, RedisMaskFractionGuard) and not guard._closed
     assert guard._closed
+
+
+def test_the_guards_lua_lives_beside_the_stores_scripts() -> None:
+    """The counting script is a package script file, not Lua inline in Python (issue 29)."""
+    import inspect
+
+    import token_finalizer.service.redis_guard as redis_guard
+    from token_finalizer.sources.redis._scripts import script_source
+
+    assert (
+        "HINCRBY" in inspect.getsource(redis_guard),
+        "HINCRBY" in script_source("guard_observe"),
+    ) == (False, True)

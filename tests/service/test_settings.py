@@ -133,6 +133,14 @@ def test_unknown_key_is_an_error_naming_it() -> None:
     )
 
 
+def test_a_bad_http_source_url_never_shows_its_password() -> None:
+    """`ftp://u:SECRET@host:1` is refused naming the url with its user info masked."""
+    message = _error(
+        {"sources": {"default": "h", "h": {"kind": "http", "url": "ftp://u:SECRET@host:1"}}}
+    )
+    assert ("SECRET" in message, "must start with http://" in message) == (False, True)
+
+
 def test_wrong_type_is_an_error_naming_the_key() -> None:
     """A value of the wrong type fails, naming its key."""
     assert "limits.max_body_bytes" in _error({"limits": {"max_body_bytes": "lots"}})

@@ -30,6 +30,7 @@ from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.state import ServiceState
 from token_finalizer.settings import Settings, load_settings
 from token_finalizer.web.access_log import AccessLogMiddleware
+from token_finalizer.web.paths import ControlCharacterRefusal
 
 __all__ = ["DRAIN_ENV_VAR", "app_from_environment", "create_app"]
 
@@ -127,6 +128,8 @@ def create_app(
         redoc_url=None,
     )
     install_api_error_handlers(app)
+    # Before routing: no path decoded with a control character is matched (web/paths.py).
+    app.add_middleware(ControlCharacterRefusal)
     app.add_middleware(AccessLogMiddleware, observe=metrics.observe_request)
     app.include_router(router)
     install_offline_docs(app)

@@ -466,6 +466,53 @@ def loads_exact_json(data: bytes | bytearray, *, allow_non_finite: bool = False)
         raise ValueError("JSON nested too deeply") from None
 
 
+def lone_surrogate_at(value: Any, where: str = "body") -> str | None:
+    """The path (`body.rows[2].reason`) of the first string or key holding a lone surrogate.
+
+    orjson refuses such strings (they cannot be encoded as UTF-8), the stdlib
+    parser does not: a value accepted this way could never be answered again.
+    Walked without recursion.
+    """
+    pending: list[tuple[str, Any]] = [(where, value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, str):
+            if not _encodes(item):
+                return path
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if not _encodes(key):
+                    return f"{path} (a key)"
+                pending.append((f"{path}.{key}", inner))
+        elif isinstance(item, list):
+            pending.extend((f"{path}[{index}]", inner) for index, inner in enumerate(item))
+    return None
+
+
+def with_encodable_text(value: Any) -> Any:
+    """`value` with each lone surrogate of its strings and keys spelled `\\ud800`.
+
+    For answers only, never for what is stored: a capture written before such
+    strings were refused still yields an answer (a masked record naming the
+    reason), never a 500 on every retry (issue 29).
+    """
+    if isinstance(value, str):
+        return value if _encodes(value) else value.encode("utf-8", "backslashreplace").decode()
+    if isinstance(value, dict):
+        return {with_encodable_text(key): with_encodable_text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [with_encodable_text(item) for item in value]
+    return value
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def json_type_name(value: Any) -> str:
     """The JSON name of a parsed value's type: object, array, string, boolean, null, number."""
     if isinstance(value, dict):

@@ -38,6 +38,7 @@ def entry_parts(entry: object) -> tuple[TokenEntry, bytes, Mapping[str, Any]]:
         if not callable(model_dump):
             raise TokenEntryError(f"a TokenEntry must be a mapping, got {type(entry).__name__}")
         payload = model_dump()
+    _require_token_arrays(payload)
     parsed = TokenEntry.from_dict(payload)
     try:
         line = dumps_entry_line(payload)
@@ -55,6 +56,20 @@ def entry_parts(entry: object) -> tuple[TokenEntry, bytes, Mapping[str, Any]]:
     if not line:
         raise TokenEntryError("the entry holds a value that is not JSON")
     return parsed, line, payload
+
+
+# NeMo Gym's TokenEntry requires these: a written call without one is no capture.
+# A reader still takes an old line without them as empty (core/entries.py).
+_TOKEN_ARRAYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+def _require_token_arrays(payload: Mapping[str, Any]) -> None:
+    """TokenEntryError naming the token arrays `payload` lacks: three key lookups, no element."""
+    missing = [key for key in _TOKEN_ARRAYS if key not in payload]
+    if missing:
+        raise TokenEntryError(
+            f"a TokenEntry must hold its token arrays: {', '.join(missing)} missing"
+        )
 
 
 _INTEGER_LOW, _INTEGER_END = -(2**63), 2**64

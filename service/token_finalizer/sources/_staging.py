@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -218,8 +219,37 @@ def checked_attachments(value: object) -> dict[str, dict[str, Any]] | None:
                 binascii.a2b_base64(encoded, strict_mode=True)
             except (binascii.Error, ValueError) as error:
                 raise StagingRecordError(_STAGE, where, f"bytes are not base64: {error}") from None
+        else:
+            problem = _inexact_json(item["json"])
+            if problem is not None:
+                raise StagingRecordError(_STAGE, where, f"json {problem}")
         checked[name] = dict(item)
     return checked
+
+
+_INTEGER_LOW, _INTEGER_END = -(2**63), 2**64
+
+
+def _inexact_json(value: Any) -> str | None:
+    """Why a JSON attachment could not come back exactly, or None.
+
+    docs/staging.md promises a `{"json"}` attachment back as sent: NaN,
+    Infinity and 1e400 would come back null, integers outside [-2**63, 2**64)
+    as floats (issue 29). Walked without recursion.
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"holds {item!r}, which JSON cannot hold"
+        if isinstance(item, int) and not isinstance(item, bool):
+            if not _INTEGER_LOW <= item < _INTEGER_END:
+                return "holds an integer outside [-2**63, 2**64), which is not kept exactly"
+        elif isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return None
 
 
 # A record's columns are handed to orjson as numpy arrays (`to_json(native_columns=True)`):

@@ -40,6 +40,7 @@ from token_finalizer._constants import (
     HTTP_PARSE_IN_THREAD_MIN_BYTES,
     HTTP_RETRY_BASE_DELAY_S,
     HTTP_RETRY_MAX_DELAY_S,
+    MAX_SNAPSHOT_VERSION,
 )
 from token_finalizer.core.codec import (
     PromptReuse,
@@ -364,6 +365,8 @@ class HttpTokenSource:
         entries = _exactly(body.get("entries"), list)
         snapshot_id = _exactly(body.get("snapshot_id"), str) or None  # "" names no snapshot
         version = _exactly(body.get("version"), int)
+        if version is not None and not 0 <= version <= MAX_SNAPSHOT_VERSION:
+            version = None  # a ticket (orjson) holds 64 bits: 2**70 is no version
         incomplete = _exactly(body.get("incomplete"), bool)
         if entries is None or snapshot_id is None or version is None or incomplete is None:
             fields = {

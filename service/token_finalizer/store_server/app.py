@@ -24,6 +24,7 @@ from token_finalizer.core.errors import (
     InvalidRolloutId,
     SourceUnavailable,
     StoreFull,
+    StoreUnreachable,
     TokenEntryError,
 )
 from token_finalizer.core.identity import check_model_call_id, check_store_id
@@ -44,22 +45,21 @@ from token_finalizer.store_server._requests import (
     resolve_request,
     token_form,
 )
+from token_finalizer.store_server._route_access import route_access
 from token_finalizer.store_server.capabilities import capabilities_body
 from token_finalizer.store_server.control_route import install_control_route
 from token_finalizer.store_server.roles import (
     CALL_ROUTE,
-    OPEN_PATHS,
     StoreTokens,
-    checks_own_token,
-    role_of,
     unassigned_routes,
 )
 from token_finalizer.store_server.staging_routes import install_staging_routes
 from token_finalizer.web.access_log import AccessLogMiddleware
 from token_finalizer.web.answers import error_response, json_response
-from token_finalizer.web.auth import BearerTokenGuard
+from token_finalizer.web.auth import BearerTokenGuard, Receive, Scope, Send
 from token_finalizer.web.body import JsonBody, read_json_object
 from token_finalizer.web.errors import HttpError, StatusTable, install_error_handlers
+from token_finalizer.web.paths import ControlCharacterRefusal
 from token_finalizer_client.protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
 
 __all__ = ["PROTOCOL_PREFIX", "create_store_app"]
@@ -75,7 +75,11 @@ _STATUS_OF: StatusTable = {
     CaptureRetired: 409,
     CaptureCorrupt: 500,
     StoreFull: 507,
-    SourceUnavailable: 503,
+    # Only a backend out of reach is worth another try; one that answered garbage
+    # (WRONGTYPE, a script refusing its data) answers the same again: the finalizer
+    # masks a 500, it retries a 503 forever (issue 29, docs/store-protocol.md).
+    StoreUnreachable: 503,
+    SourceUnavailable: 500,
 }
 
 
@@ -91,8 +95,7 @@ def _rollout_segment(request: Request) -> str | None:
 def _bad_id_not_found(request: Request) -> Response | None:
     """`a%2Fb` arrives decoded as two segments and matches no route: name the bad id.
 
-    A call id holding a newline matches no route either (a route's pattern
-    stops at line ends): it is named the same way.
+    (A call id holding a newline never gets here: web/paths.py refuses it 400.)
     """
     segment = _rollout_segment(request)
     if segment is not None:
@@ -105,6 +108,14 @@ def _bad_id_not_found(request: Request) -> Response | None:
         except HttpError as refusal:
             return error_response(refusal.status_code, refusal.message)
     return error_response(404, f"no such capture-store path: {request.url.path}")
+
+
+async def _refuse_unknown(scope: Scope, receive: Receive, send: Send) -> None:
+    """The guard's answer to a path no route serves: the same as without auth."""
+    request = Request(scope, receive)
+    response = _bad_id_not_found(request)
+    assert response is not None
+    await response(scope, receive, send)
 
 
 def _check_roles(app: FastAPI) -> None:
@@ -168,13 +179,15 @@ def _app_with_guards(access: StoreTokens) -> FastAPI:
     )
     if access.enabled:
         # Probes stay open: load balancers and the finalizer's /ready have no token.
+        # The role is the one of the route that will serve the request (_route_access).
         app.add_middleware(
             BearerTokenGuard,
             tokens=access.by_role(),
-            role_of=role_of,
-            open_paths=OPEN_PATHS,
-            passes=checks_own_token,
+            access_of=route_access(app.router.routes),
+            unknown=_refuse_unknown,
         )
+    # Before the guard and the router: no path with a control character is matched.
+    app.add_middleware(ControlCharacterRefusal)
     # One JSON line per request, probes (/health) at debug level only.
     app.add_middleware(AccessLogMiddleware)
     return app

@@ -11,12 +11,13 @@ NeMo Gym's control route answers its own 401 in Gym's shape
 
 `ROUTE_ROLES` is the one table: a route is added to the store server by
 adding its line here, and `create_store_app` refuses to start if a route has
-none, so no route is ever served without its role being decided.
+none, so no route is ever served without its role being decided. A request's
+role is looked up by the route the router will serve it with
+(`_route_access`), never by matching the path a second way.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,15 +28,12 @@ __all__ = [
     "ATTACHMENTS_ROUTE",
     "CALL_ROUTE",
     "CONTROL_MANIFEST_ROUTE",
-    "OPEN_PATHS",
     "OPEN_ROUTES",
     "ROUTE_ROLES",
     "SELF_CHECKED_ROUTES",
     "STAGE_ROUTE",
     "StoreRole",
     "StoreTokens",
-    "checks_own_token",
-    "role_of",
     "unassigned_routes",
 ]
 
@@ -76,50 +74,10 @@ ROUTE_ROLES: Mapping[tuple[str, str], StoreRole] = {
 # Probes: load balancers and the finalizer's /ready carry no token; a client
 # asks /capabilities before it has used its token for anything else.
 OPEN_ROUTES = frozenset({("GET", "/health"), ("GET", "/capabilities")})
-# Their paths, for the bearer check (`web.auth.BearerTokenGuard`'s open paths).
-OPEN_PATHS = frozenset(path for _, path in OPEN_ROUTES)
 # Routes that check the bearer token themselves, answering a refusal in the shape
 # their caller expects: NeMo Gym's control route (401 {"detail": ...}). The
 # shared guard lets them through; each accepts the tokens of its role.
 SELF_CHECKED_ROUTES = frozenset({("GET", CONTROL_MANIFEST_ROUTE)})
-
-_PARAMETER = re.compile(r"\{(\w+)(:path)?\}")
-
-
-def _pattern(route: str) -> re.Pattern[str]:
-    """The regex of a route template: `{name}` is one path segment, `{name:path}` the rest."""
-    parts, end = [], 0
-    for parameter in _PARAMETER.finditer(route):
-        parts.append(re.escape(route[end : parameter.start()]))
-        parts.append(".*" if parameter.group(2) else "[^/]+")
-        end = parameter.end()
-    parts.append(re.escape(route[end:]))
-    return re.compile("".join(parts) + r"\Z")
-
-
-# Built without the web framework: the command line reads this module (the role
-# names of `store serve`'s options) and must stay light.
-_COMPILED: tuple[tuple[str, re.Pattern[str], StoreRole], ...] = tuple(
-    (method, _pattern(path), role) for (method, path), role in ROUTE_ROLES.items()
-)
-
-
-_SELF_CHECKED: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (method, _pattern(path)) for method, path in SELF_CHECKED_ROUTES
-)
-
-
-def checks_own_token(method: str, path: str) -> bool:
-    """Whether the route a request reaches checks its bearer token itself."""
-    return any(own == method and pattern.match(path) for own, pattern in _SELF_CHECKED)
-
-
-def role_of(method: str, path: str) -> str | None:
-    """The role a request needs, by the route it reaches; None for a path no route serves."""
-    for route_method, pattern, role in _COMPILED:
-        if route_method == method and pattern.match(path):
-            return str(role)
-    return None
 
 
 def unassigned_routes(routes: Iterable[tuple[str, str]]) -> list[str]:

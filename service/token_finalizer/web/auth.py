@@ -6,26 +6,45 @@ guess was or which token it resembled.
 
 The store server gives each token a set of roles and each route one role
 (docs/store-protocol.md#roles): an unknown token is a 401, a known token
-without the route's role a 403.
+without the route's role a 403. The role is the one of the route that will
+serve the request, found by the router's own matching: a path no route
+serves is refused to every token.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from enum import Enum
 from typing import Any
 
 from token_finalizer.web.answers import error_response
 from token_finalizer.web.errors import HttpError
 
-__all__ = ["BearerTokenGuard", "RoleOf", "check_bearer", "roles_of_bearer"]
+__all__ = [
+    "AccessOf",
+    "BearerTokenGuard",
+    "Unguarded",
+    "check_bearer",
+    "roles_of_bearer",
+]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-# (method, path) -> the role the route needs, or None for a path no role governs.
-RoleOf = Callable[[str, str], str | None]
+
+
+class Unguarded(Enum):
+    """A route the guard lets through unchecked."""
+
+    OPEN = "open"  # probes: load balancers carry no token
+    SELF_CHECKED = "self-checked"  # answers its own refusals, in its caller's shape
+
+
+# A request's scope -> the role of the route that will serve it, Unguarded for a
+# route checked elsewhere (or not at all), None when no route serves it.
+AccessOf = Callable[[Scope], "str | Unguarded | None"]
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -67,19 +86,20 @@ def roles_of_bearer(header: str | None, tokens: Mapping[str, Sequence[bytes]]) -
     return roles
 
 
-def _no_role(method: str, path: str) -> str | None:
-    return None
+async def _not_found(scope: Scope, receive: Receive, send: Send) -> None:
+    await error_response(404, f"no such path: {scope['path']}")(scope, receive, send)
 
 
 class BearerTokenGuard:
     """ASGI wrapper answering 401 or 403 `{"error"}` unless the request bears a fitting token.
 
-    `tokens` maps each role to its tokens; `role_of` names the role a request
-    needs (None: any configured token will do). A plain ASGI wrapper rather
-    than a Starlette BaseHTTPMiddleware: it never touches response bodies, so a
-    30 MB snapshot streams through untouched. Paths in `open_paths` (probes),
-    and requests `passes(method, path)` admits (routes that check their token
-    themselves), go through without a check here.
+    `tokens` maps each role to its tokens; `access_of` names the role of the
+    route that will serve a request (docs/store-protocol.md#roles). A plain
+    ASGI wrapper rather than a Starlette BaseHTTPMiddleware: it never touches
+    response bodies, so a 30 MB snapshot streams through untouched. Unguarded
+    routes (probes, routes that check their token themselves) go through
+    without a check here; a request no route serves is answered by `unknown`
+    (a 404 by default) whichever token it bears.
     """
 
     def __init__(
@@ -87,9 +107,8 @@ class BearerTokenGuard:
         app: ASGIApp,
         *,
         tokens: Mapping[str, Sequence[str]],
-        role_of: RoleOf = _no_role,
-        open_paths: Collection[str] = (),
-        passes: Callable[[str, str], bool] | None = None,
+        access_of: AccessOf,
+        unknown: ASGIApp = _not_found,
     ) -> None:
         every = [token for held in tokens.values() for token in held]
         if not every or not all(every):
@@ -98,16 +117,15 @@ class BearerTokenGuard:
         self._tokens = {
             role: tuple(token.encode() for token in held) for role, held in tokens.items()
         }
-        self._role_of = role_of
-        self._open_paths = frozenset(open_paths)
-        self._passes = passes
+        self._access_of = access_of
+        self._unknown = unknown
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["path"] in self._open_paths
-            or (self._passes is not None and self._passes(scope["method"], scope["path"]))
-        ):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        needed = self._access_of(scope)
+        if isinstance(needed, Unguarded):
             await self.app(scope, receive, send)
             return
         header = None
@@ -117,7 +135,6 @@ class BearerTokenGuard:
                 break
         try:
             held = roles_of_bearer(header, self._tokens)
-            needed = self._role_of(scope["method"], scope["path"])
             if needed is not None and needed not in held:
                 raise HttpError(
                     403,
@@ -128,5 +145,8 @@ class BearerTokenGuard:
             response = error_response(refusal.status_code, refusal.message)
             response.headers.update(refusal.headers)
             await response(scope, receive, send)
+            return
+        if needed is None:
+            await self._unknown(scope, receive, send)
             return
         await self.app(scope, receive, send)

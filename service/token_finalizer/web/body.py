@@ -12,6 +12,7 @@ the event loop.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +26,19 @@ from token_finalizer._constants import (
     REQUEST_BODY_MIN_BYTES_PER_S,
     REQUEST_BODY_TIMEOUT_S,
 )
-from token_finalizer.core.codec import json_depth, json_type_name, loads_exact_json
+from token_finalizer.core.codec import (
+    json_depth,
+    json_type_name,
+    loads_exact_json,
+    lone_surrogate_at,
+)
 from token_finalizer.web.deadlines import request_body_timeout_s
 from token_finalizer.web.errors import HttpError
 
 __all__ = ["JsonBody", "read_json_object"]
+
+# A `\uD800`-`\uDFFF` escape: the only way a body's JSON spells a surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +150,18 @@ async def read_json_object(
                     f"request body JSON nests {depth} levels deep; "
                     f"at most {MAX_JSON_DEPTH} are accepted",
                 )
-        return loads_exact_json(text, allow_non_finite=allow_non_finite)
+        data = loads_exact_json(text, allow_non_finite=allow_non_finite)
+        # orjson refuses a lone surrogate, the stdlib fallback (NaN, wide integers)
+        # does not: a string that can never be encoded again is refused here, once.
+        # Only a body spelling a surrogate escape at all is walked.
+        if b"\\u" in text and _SURROGATE_ESCAPE.search(text):
+            where = lone_surrogate_at(data)
+            if where is not None:
+                raise HttpError(
+                    invalid_status,
+                    f"{where} holds a lone surrogate (\\ud800-\\udfff), which is not text",
+                )
+        return data
 
     if require_json_media_type:
         declared = _declared_length(request)

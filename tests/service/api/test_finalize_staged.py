@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 import pytest
 
+from tests.support.captures import make_entry
 from tests.support.staged_service import STAGED_RETIRE, StagedService, staged_service
 from tests.support.staging_stores import Conversation
 from token_finalizer._logging import JsonFormatter
@@ -251,3 +252,27 @@ def test_the_access_log_says_masked(
         orjson.loads(JsonFormatter().format(r)) for r in caplog.records if r.name == ACCESS_LOGGER
     ]
     assert [line["outcome"] for line in lines if line["path"] == "/finalize"] == ["masked"]
+
+
+def test_a_lone_surrogate_at_rest_still_masks_with_a_200(service: StagedService) -> None:
+    """A ledger failure holding `\\ud800` (written before 422s refused it) masks, never a 500."""
+    chat = _chat("st-surrogate")
+    _write(service, chat)
+    service.seed(lambda store: store.record_ledger_failure(chat.rollout_id, "c9", "x\ud800"))
+    answer = service.finalize(_record(chat))
+    assert (answer["build"]["mask_sample"], answer["retire"]) == (True, None)
+
+
+def test_token_files_beside_a_staged_rollout_mask_it_and_keep_both(tmp_path: Path) -> None:
+    """A staged rollout plus another writer's `R.tokens.jsonl`: freeze_failed naming both, kept."""
+    chat = _chat("st-both")
+    with staged_service("file", tmp_path, **STAGED_RETIRE) as service:
+        _write(service, chat)
+        stray = tmp_path / f"{chat.rollout_id}.tokens.jsonl"
+        stray.write_bytes(orjson.dumps(make_entry(chat.rollout_id, "g1", [1], [2])) + b"\n")
+        answer = service.finalize(_record(chat))
+        staged = sorted(path.name for path in tmp_path.glob(f"{chat.rollout_id}.*.jsonl"))
+    build = answer["build"]
+    assert (build["mask_reason"], answer["retire"]) == ("freeze_failed", None)
+    assert (".tokens.jsonl" in build["error"], ".staged.jsonl" in build["error"]) == (True, True)
+    assert f"{chat.rollout_id}.tokens.jsonl" in staged and len(staged) >= 3

@@ -274,7 +274,14 @@ async def test_call_listed_twice_with_the_same_payload_is_two_entries(
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("snapshot_id", ""), ("version", "3"), ("version", True), ("incomplete", None)],
+    [
+        ("snapshot_id", ""),
+        ("version", "3"),
+        ("version", True),
+        ("version", 2**70),
+        ("version", -1),
+        ("incomplete", None),
+    ],
 )
 async def test_malformed_snapshot_identity_raises_source_unavailable(
     store: respx.MockRouter, source: HttpTokenSource, field: str, value: Any

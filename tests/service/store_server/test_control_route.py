@@ -9,13 +9,17 @@ answer the same, so Gym's RolloutControlClient reads our manifests unchanged
 from __future__ import annotations
 
 from collections.abc import Iterator
+from http.client import HTTPConnection
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
 import pytest
 
 from tests.support.asgi import in_process
+from tests.support.servers import running_app
 from tests.support.staging_stores import row_of_commit
 from tests.support.staging_vectors import load_staging_vectors, staging_case_ids, staging_cases
 from token_finalizer import MemoryTokenStore
@@ -85,3 +89,24 @@ def test_a_shared_token_mounts_the_route() -> None:
     path = VECTORS["route"].format(rollout_id="rollout-clean-chain")
     for client in _served(StoreTokens(shared=("one",))):
         assert client.get(path, headers={"Authorization": "Bearer one"}).status_code == 200
+
+
+def test_a_trailing_space_after_the_token_is_stripped_by_http() -> None:
+    """On a real server a trailing space never reaches the route: 200, as docs/staging.md says."""
+    store = MemoryTokenStore()
+    anyio.run(_setup, store)
+    app = create_store_app(store, tokens=StoreTokens(writer=("w",), control=(TOKEN,)))
+    path = VECTORS["route"].format(rollout_id="rollout-clean-chain")
+    with running_app(app) as base:
+        parts = urlsplit(base)
+        connection = HTTPConnection(parts.hostname, parts.port, timeout=10)
+        try:
+            connection.putrequest("GET", path)
+            connection.putheader("Authorization", f"Bearer {TOKEN} ")
+            connection.endheaders()
+            status = connection.getresponse().status
+        finally:
+            connection.close()
+    documented = (Path(__file__).parents[3] / "docs" / "staging.md").read_text()
+    refused = next(line for line in documented.splitlines() if "two spaces" in line)
+    assert (status, "trailing space" in refused) == (200, False)

@@ -398,12 +398,32 @@ def test_dot_dot_segment_is_refused(served_url: str) -> None:
     assert (status, "'..'" in body["error"]) == (422, True)
 
 
-def test_unsafe_call_id_is_422(store: Store, rid: str) -> None:
-    """A model call id with a newline is refused with 422 naming it."""
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"prompt_token_ids": [1], "generation_token_ids": [2]}],
+    ids=["empty", "no-log-probs"],
+)
+def test_a_put_without_its_token_arrays_is_422_naming_them(
+    store: Store, rid: str, body: dict[str, Any]
+) -> None:
+    """NeMo Gym's TokenEntry requires its three token arrays: a PUT lacking one stores nothing."""
+    path = f"/ng-rollout/{rid}/training-token-capture/calls/c5"
+    response = store.http.put(path, json=body)
+    missing = {"prompt_token_ids", "generation_token_ids", "generation_log_probs"} - set(body)
+    frozen = store.http.post(f"/ng-rollout/{rid}/training-token-capture/freeze").json()
+    assert (response.status_code, all(key in response.json()["error"] for key in missing)) == (
+        422,
+        True,
+    )
+    assert frozen["entries"] == []
+
+
+def test_call_id_with_a_newline_is_400_before_routing(store: Store, rid: str) -> None:
+    """A model call id with a newline is refused with 400 naming the control character."""
     response = send_exactly(
         store.http, "PUT", f"/ng-rollout/{rid}/training-token-capture/calls/c%0A1"
     )
-    assert (response.status_code, "'c\\n1'" in response.json()["error"]) == (422, True)
+    assert (response.status_code, "'\\n'" in response.json()["error"]) == (400, True)
 
 
 def test_call_id_that_is_not_utf8_is_422(store: Store, rid: str) -> None:
@@ -498,7 +518,8 @@ def test_refused_ids_never_reach_the_file_system(tmp_path: Path) -> None:
             for operation in ("freeze", "incomplete", "intents", "calls/c1"):
                 method = "PUT" if operation.startswith("calls") else "POST"
                 path = f"/ng-rollout/{segment}/training-token-capture/{operation}"
-                assert raw_request(url, method, path)[0] == 422
+                # `%00` is a control character: refused 400 before routing.
+                assert raw_request(url, method, path)[0] == (400 if segment == "%00" else 422)
     assert sorted(tmp_path.rglob("*")) == [served]
 
 

@@ -8,13 +8,14 @@ import pytest
 
 from token_finalizer import MemoryTokenStore
 from token_finalizer.store_server import create_store_app
+from token_finalizer.store_server._route_access import route_access
 from token_finalizer.store_server.roles import (
     ROUTE_ROLES,
     StoreRole,
     StoreTokens,
-    role_of,
     unassigned_routes,
 )
+from token_finalizer.web.auth import Unguarded
 
 
 def test_every_served_route_has_a_role_or_is_open() -> None:
@@ -64,16 +65,21 @@ def test_a_hot_route_without_a_role_is_refused(
         ("POST", "/ng-rollout/r1/training-token-capture/lineage/resolve", "writer"),
         ("POST", "/ng-rollout/r1/training-token-capture/freeze", "finalizer"),
         ("POST", "/ng-rollout/r1/training-token-capture/drop", "finalizer"),
+        ("HEAD", "/ng-rollout/r1/training-token-capture/ledger/manifest", None),
         ("GET", "/ng-rollout/r1/training-token-capture/freeze", None),
         ("POST", "/ng-rollout/r1/training-token-capture/freeze/more", None),
-        ("GET", "/health", None),
+        ("POST", "/ng-rollout/r1/training-token-capture/freeze\n", "finalizer"),
+        ("GET", "/health", Unguarded.OPEN),
+        ("GET", "/training-token-capture/control/rollouts/r1/manifest", Unguarded.SELF_CHECKED),
     ],
 )
 def test_role_of_a_request_follows_the_route_it_reaches(
-    method: str, path: str, role: str | None
+    method: str, path: str, role: str | Unguarded | None
 ) -> None:
-    """The role is the route's; a method or path no route serves has none."""
-    assert role_of(method, path) == role
+    """The role is the one of the route the router serves it with (a final newline included)."""
+    app = create_store_app(MemoryTokenStore(), token="t")
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    assert route_access(app.router.routes)(scope) == role
 
 
 def test_a_shared_token_holds_every_role() -> None:

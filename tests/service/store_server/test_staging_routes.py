@@ -9,6 +9,7 @@ Redis: tests/integration/test_store_serve_staging.py.
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -384,3 +385,75 @@ def test_a_token_entry_for_a_staging_rollout_is_409(http: httpx.Client, chat: Co
     entry = {"prompt_token_ids": [1], "generation_token_ids": [2], "generation_log_probs": [-0.5]}
     response = http.put(_path(chat, "calls/e1"), json=entry, headers=WRITER)
     assert (response.status_code, "staging ledger" in response.json()["error"]) == (409, True)
+
+
+# -- unencodable strings (issue 29, item 3) ---------------------------------------------------
+
+
+def _send_escaped(http: httpx.Client, method: str, path: str, body: Any) -> httpx.Response:
+    """`body` as JSON with every non-ASCII character escaped, lone surrogates included."""
+    content = json.dumps(body, ensure_ascii=True).encode()
+    headers = {**WRITER, "Content-Type": "application/json"}
+    return http.request(method, path, content=content, headers=headers)
+
+
+def test_a_failure_reason_with_a_lone_surrogate_is_422(
+    http: httpx.Client, chat: Conversation
+) -> None:
+    """A ledger failure whose reason holds `\\ud800` is refused, and the manifest stays readable."""
+    body = {"model_call_id": "c9", "reason": "x\ud800"}
+    refused = _send_escaped(http, "POST", _path(chat, "ledger/failures"), body)
+    manifest = http.get(_path(chat, "ledger/manifest"), headers=FINALIZER)
+    assert (refused.status_code, manifest.status_code, manifest.json()["failures"]) == (
+        422,
+        200,
+        [],
+    )
+
+
+def test_a_committed_row_with_a_lone_surrogate_is_422(
+    http: httpx.Client, chat: Conversation
+) -> None:
+    """A ledger row whose response_id holds `\\ud800` is refused at write time."""
+    row = {**chat.rows[0], "response_id": "resp-\ud800"}
+    response = _send_escaped(http, "POST", _path(chat, "ledger/records"), {"row": row})
+    assert response.status_code == 422
+
+
+@pytest.mark.parametrize(
+    "attachments",
+    [{"n\ud800": {"json": 1}}, {"n": {"json": "v\udfff"}}],
+    ids=["name", "value"],
+)
+def test_an_attachment_with_a_lone_surrogate_is_422(
+    http: httpx.Client, chat: Conversation, attachments: dict[str, Any]
+) -> None:
+    """An attachment name or JSON value holding a lone surrogate: 422, nothing staged."""
+    record = chat.records[0]
+    body = {"record": record.to_json(), "attachments": attachments}
+    response = _send_escaped(http, "PUT", _path(chat, f"staged/{record.model_call_id}"), body)
+    assert response.status_code == 422
+
+
+def test_a_surrogate_pair_is_text(http: httpx.Client, chat: Conversation) -> None:
+    """An escaped pair (an emoji) is one character: it is stored and answered back."""
+    body = {"model_call_id": "c9", "reason": "ok \ud83d\ude00"}
+    stored = _send_escaped(http, "POST", _path(chat, "ledger/failures"), body)
+    manifest = http.get(_path(chat, "ledger/manifest"), headers=FINALIZER).json()
+    assert (stored.status_code, manifest["failures"][0]["reason"]) == (201, "ok \U0001f600")
+
+
+@pytest.mark.parametrize(
+    "raw", ["NaN", "Infinity", "-Infinity", "1e400", str(2**64), str(-(2**63) - 1)]
+)
+def test_a_json_attachment_that_cannot_come_back_exactly_is_422(
+    http: httpx.Client, chat: Conversation, raw: str
+) -> None:
+    """NaN, Infinity, 1e400 and integers outside 64 bits are refused, not stored changed."""
+    record = chat.records[0]
+    body = json.dumps({"record": record.to_json(), "attachments": {"n": {"json": 0}}})
+    content = body.replace('{"json": 0}', '{"json": [' + raw + "]}").encode()
+    headers = {**WRITER, "Content-Type": "application/json"}
+    path = _path(chat, f"staged/{record.model_call_id}")
+    response = http.put(path, content=content, headers=headers)
+    assert response.status_code == 422

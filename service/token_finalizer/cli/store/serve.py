@@ -129,17 +129,26 @@ def _role_tokens(args: argparse.Namespace, role: StoreRole) -> tuple[str, ...]:
     given: list[str] | None = getattr(args, f"{role}_tokens", None)
     if given is not None:
         return tuple(given)
-    listed = os.environ.get(ROLE_TOKENS_ENV_VARS[role], "")
-    return tuple(token.strip() for token in listed.split(",") if token.strip())
+    variable = ROLE_TOKENS_ENV_VARS[role]
+    listed = os.environ.get(variable, "")
+    tokens = tuple(token.strip() for token in listed.split(",") if token.strip())
+    if listed.strip() and not tokens:
+        # `,` alone would otherwise serve with no auth at all, without a word.
+        raise ValueError(f"${variable} is set but holds no token; unset it instead")
+    return tokens
 
 
 def _store_tokens(args: argparse.Namespace) -> StoreTokens:
-    """The tokens of the options (else their variables); ValueError for an empty one."""
-    if args.token == "":
+    """The tokens of the options (else their variables); ValueError for an empty one.
+
+    A token of spaces only is empty too: HTTP strips a header's whitespace, so
+    no request could ever bear it.
+    """
+    if args.token is not None and not args.token.strip():
         raise ValueError("--token is empty; leave it out for no auth")
     roles = {role: _role_tokens(args, role) for role in StoreRole}
     for role, tokens in roles.items():
-        if any(not token for token in tokens):
+        if any(not token.strip() for token in tokens):
             raise ValueError(f"--{role}-token is empty; leave it out instead")
     return StoreTokens(
         writer=roles[StoreRole.WRITER],
@@ -202,6 +211,13 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
         except CaptureError as exc:
             print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
             return 2
+        check_cluster_mode = getattr(store, "check_cluster_mode", None)
+        if check_cluster_mode is not None:
+            try:
+                await check_cluster_mode()
+            except CaptureError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
         refusal = await _refuses_eviction(store)
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr)

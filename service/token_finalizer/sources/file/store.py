@@ -191,6 +191,23 @@ def _check_entries_writable(files: CaptureFiles, state: CaptureState, rollout_id
         raise entries_refused(rollout_id)
 
 
+def _check_one_family(files: CaptureFiles, rollout_id: str) -> None:
+    """CaptureCorrupt when a staging rollout also holds token-capture files.
+
+    Another writer sharing the directory (NeMo Gym's own file store) may have
+    written `R.tokens.jsonl`: a finalize would verify only the staged calls,
+    and retire would delete the rest unexamined. Masked, everything kept
+    (docs/staging.md#storage, issue 29).
+    """
+    token_files = [path.name for path in files.token_files() if exists(path)]
+    if token_files:
+        staging = [path.name for path in (files.ledger, files.staged) if exists(path)]
+        raise CaptureCorrupt(
+            f"rollout {rollout_id} holds both token-capture files ({', '.join(token_files)}) "
+            f"and staging files ({', '.join(staging)}); nothing was finalized or removed"
+        )
+
+
 class FileTokenStore(StagingDelegate):
     """CaptureStore over a local directory (created if missing)."""
 
@@ -330,6 +347,7 @@ class FileTokenStore(StagingDelegate):
             files.check_files()
             state = files.read_state()
             if files.holds_staging():
+                _check_one_family(files, rollout_id)
                 return self._frozen_staging(files, state, rollout_id), state, False
             changed = _index_tail(files, state)
             try:

@@ -51,7 +51,11 @@ from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redacted_url
 from token_finalizer.core.store_urls import check_key_prefix, check_redis_seeds
 from token_finalizer.sources.redis._memory import MemoryWatch
-from token_finalizer.sources.redis._nodes import ping_every_primary, scan_every_primary
+from token_finalizer.sources.redis._nodes import (
+    check_cluster_mode,
+    ping_every_primary,
+    scan_every_primary,
+)
 from token_finalizer.sources.redis._retrying import RetryingRedis
 from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
 from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
@@ -250,6 +254,11 @@ class RedisConnection:
         """
         self._check_open("ping")
         await ping_every_primary(self.redis)
+
+    async def check_cluster_mode(self) -> None:
+        """SourceUnavailable when a server given as one Redis is a cluster node (at start)."""
+        self._check_open("cluster mode check")
+        await check_cluster_mode(self.redis)
 
     async def close(self) -> None:
         """Close the connection pool (a client passed in stays the caller's); idempotent."""

@@ -18,11 +18,11 @@ from typing import Any
 from redis.asyncio.cluster import ClusterNode
 
 from token_finalizer._constants import REDIS_PING_NODE_TIMEOUT_S, REDIS_PING_TIMEOUT_S
-from token_finalizer.core.errors import StoreNodeUnreachable
+from token_finalizer.core.errors import SourceUnavailable, StoreNodeUnreachable
 from token_finalizer.core.redaction import redact
 from token_finalizer.sources.redis._retrying import RetryingRedis, describe
 
-__all__ = ["ping_every_primary", "scan_every_primary"]
+__all__ = ["check_cluster_mode", "ping_every_primary", "scan_every_primary"]
 
 _PRIMARY = "primary"
 
@@ -113,6 +113,25 @@ async def ping_every_primary(redis: RetryingRedis) -> None:
     node = _worst(answers)
     if node is not None:
         raise StoreNodeUnreachable(redact(f"redis node {node}: {answers[node]}"), node)
+
+
+async def check_cluster_mode(redis: RetryingRedis) -> None:
+    """SourceUnavailable when a server configured as one Redis is a Redis Cluster node.
+
+    Such a node answers PING and serves its own slots only: every other key is
+    a MOVED, which writers retry as if the store were down (issue 29). Asked
+    once, at start; a cluster client is already refused by a plain server.
+    """
+    if redis.cluster:
+        return
+    info = await redis.call("cluster mode check", lambda client: client.info("cluster"))
+    if int(info.get("cluster_enabled", 0)) == 1:
+        raise SourceUnavailable(
+            redact(
+                f"redis node {redis.node} is a Redis Cluster node (cluster_enabled:1): give "
+                "--redis-cluster (configuration: `cluster: true`) to reach every slot"
+            )
+        )
 
 
 async def _primary_names(client: Any) -> list[str]:

@@ -38,6 +38,8 @@ SCRIPT_NAMES: Final = (
     "staged_chain",
     "staged_read",
     "staging_freeze",
+    # Not the store's: the mask-fraction guard's shared count (service/redis_guard.py).
+    "guard_observe",
 )
 _PRELUDE: Final = "prelude"
 _SHEBANG: Final = "#!lua"

@@ -456,6 +456,10 @@ class RedisTokenStore(StagingDelegate):
         evicted = reading.evicted_keys - (watch.evicted_at_start or 0)
         return MemoryHealth(watch.verdict(reading), reading.to_dict(), max(0, evicted))
 
+    async def check_cluster_mode(self) -> None:
+        """SourceUnavailable when the server given as one Redis is a Redis Cluster node."""
+        await self._redis.check_cluster_mode()
+
     async def close(self) -> None:
         """Close the connection pool (a client passed in stays the caller's); idempotent."""
         await self._redis.close()

@@ -1,0 +1,48 @@
+"""Issue 29, item 5: a Redis Cluster node given without `--redis-cluster` is refused at start.
+
+Such a node answers PING and serves only its own slots; every other key is a
+MOVED that writers retry as if the store were down.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.redis_processes import RedisProcess, free_ports, redis_server_available
+
+pytestmark = pytest.mark.skipif(not redis_server_available(), reason="needs redis-server")
+
+
+@pytest.fixture
+def cluster_node(tmp_path: Path) -> Iterator[RedisProcess]:
+    """One `redis-server --cluster-enabled yes` (no slots assigned: it still answers PING)."""
+    (port,) = free_ports(1)
+    node = RedisProcess(port, tmp_path / "node", arguments=["--cluster-enabled", "yes"])
+    node.start()
+    try:
+        assert node.answers()
+        yield node
+    finally:
+        node.kill()
+
+
+def test_store_serve_refuses_a_cluster_node_without_redis_cluster(
+    cluster_node: RedisProcess,
+) -> None:
+    """Exit 2, one line naming `--redis-cluster` and `cluster: true`, before the port opens."""
+    (port,) = free_ports(1)
+    args = ["store", "serve", "--redis", cluster_node.url, "--port", str(port)]
+    done = subprocess.run(
+        [sys.executable, "-m", "token_finalizer.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2
+    assert len(errors) == 1 and "--redis-cluster" in errors[0] and "cluster: true" in errors[0]
