@@ -318,6 +318,39 @@ def test_remote_capture_finalizes_unmasked_and_retires(
     assert stored_state(FileTokenStore(tmp_path / "store"), ROLLOUT).retired is True
 
 
+@pytest.mark.parametrize("rollout_id", ["_x1", "-x1", ".x1"])
+def test_an_id_the_file_writer_takes_finalizes_unmasked(
+    tmp_path: Path, finalizer: str, rollout_id: str
+) -> None:
+    """An id with a leading '_', '-' or '.' is written, then finalized unmasked and retired."""
+    directory = str(tmp_path / "capture")
+    ok(
+        run_example(
+            "write_capture_file.py", "--dir", directory, f"--rollout-id={rollout_id}", cwd=tmp_path
+        )
+    )
+    args = ["--finalizer-url", finalizer, f"--rollout-id={rollout_id}", "--out", "out.jsonl"]
+    stdout = ok(run_example("finalize_with_client.py", *args, cwd=tmp_path))
+    [answer] = read_jsonl(tmp_path / "out.jsonl")
+    assert_unmasked_with_tokens(answer["record"])
+    assert "retired: true" in stdout
+    assert stored_state(FileTokenStore(tmp_path / "capture"), rollout_id).retired is True
+
+
+@pytest.mark.parametrize("rollout_id", ["_x1", ".x1"])
+def test_an_id_the_http_sink_takes_finalizes_unmasked(
+    tmp_path: Path, store: str, remote_finalizer: str, rollout_id: str
+) -> None:
+    """Through HttpTokenSink and the store server too, a leading '_' or '.' finalizes unmasked."""
+    args = ["--store-url", store, f"--rollout-id={rollout_id}"]
+    ok(run_example("write_capture_http.py", *args, cwd=tmp_path))
+    args = ["--finalizer-url", remote_finalizer, f"--rollout-id={rollout_id}", "--out", "out.jsonl"]
+    ok(run_example("finalize_with_client.py", *args, cwd=tmp_path))
+    [answer] = read_jsonl(tmp_path / "out.jsonl")
+    assert answer["source"] == "store"
+    assert_unmasked_with_tokens(answer["record"])
+
+
 def test_compose_smoke_passes_against_two_replicas(
     tmp_path: Path, store: str, replicas: tuple[str, str]
 ) -> None:

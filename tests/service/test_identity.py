@@ -46,7 +46,7 @@ def test_non_object_record_has_no_id() -> None:
     assert rollout_id_of([1, 2]) is None
 
 
-@pytest.mark.parametrize("bad", ["", "-lead", "a/b", "a b", "é", "..", 7, "a%2Fb"])
+@pytest.mark.parametrize("bad", ["", ".", "a/b", "a b", "é", "..", 7, "a%2Fb", "r" * 201])
 def test_malformed_explicit_id_is_refused(bad: object) -> None:
     """A malformed _ng_rollout_id raises instead of being rewritten."""
     with pytest.raises(InvalidRolloutId):
@@ -116,3 +116,18 @@ def test_model_call_id_refusal_is_an_invalid_rollout_id_naming_the_field() -> No
 def test_model_call_id_accepts_what_engines_name_calls(call_id: str) -> None:
     """Colons, slashes, dots, spaces, `%` and non-ASCII letters pass unchanged."""
     assert check_model_call_id(call_id) == call_id
+
+
+@pytest.mark.parametrize("explicit", ["_x1", "-x1", ".x1", "_", "..x"])
+def test_explicit_id_follows_the_writers_rule(explicit: str) -> None:
+    """An id any writer accepts (a leading '_', '-' or '.' included) is the capture key."""
+    assert rollout_id_of({"_ng_rollout_id": explicit}) == explicit
+
+
+def test_malformed_explicit_id_names_the_field_and_the_rule() -> None:
+    """A refused _ng_rollout_id names the field and the store id rule's alphabet."""
+    with pytest.raises(InvalidRolloutId) as refused:
+        rollout_id_of({"_ng_rollout_id": "a/b"})
+    assert str(refused.value) == (
+        "_ng_rollout_id 'a/b' must be a non-empty string of ASCII letters, digits, '.', '_' or '-'"
+    )

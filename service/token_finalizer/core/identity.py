@@ -10,16 +10,12 @@ path handle.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from token_finalizer.core.errors import InvalidRolloutId
 from token_finalizer_client.protocol import InvalidIdError, check_call_id, check_rollout_id
 
 __all__ = ["check_model_call_id", "check_store_id", "rollout_id_of"]
-
-# ASCII only: `str.isalnum` and `\w` would admit look-alike letters from other scripts.
-_RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)
 
 
 def check_store_id(value: object, *, what: str = "rollout id") -> str:
@@ -57,17 +53,16 @@ def rollout_id_of(record: object) -> str | None:
     """Derive the capture key of a finished rollout record.
 
     Returns None when the record names no rollout. Raises InvalidRolloutId for
-    an id that is present but malformed: it is never silently rewritten.
+    an id that is present but malformed: it is never silently rewritten. An
+    explicit id follows the store id rule every writer checks (NeMo Gym 0.7's
+    too), so whatever a writer captured under can be finalized
+    (docs/records-and-builds.md#store-id-rule).
     """
     if not isinstance(record, dict):
         return None
     explicit = record.get("_ng_rollout_id")
     if explicit is not None:
-        if not isinstance(explicit, str) or not _RECORD_ID.fullmatch(explicit):
-            raise InvalidRolloutId(
-                f"_ng_rollout_id {explicit!r} must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"
-            )
-        base = explicit
+        base = check_store_id(explicit, what="_ng_rollout_id")
     elif record.get("_ng_task_index") is not None and record.get("_ng_rollout_index") is not None:
         base = f"{record['_ng_task_index']}-{record['_ng_rollout_index']}"
     else:
