@@ -2,7 +2,8 @@
 #
 #   docker build -t token-finalizer .
 #   docker run -p 8000:8000 token-finalizer             # embedded default: ./capture in the image
-#   export CAPTURE_TOKEN=... FINALIZER_TOKEN=... RETIRE_KEY=...   # docker-compose.yml needs all three
+#   export WRITER_TOKEN=... STORE_FINALIZER_TOKEN=... STORE_CONTROL_TOKEN=...  # docker-compose.yml
+#   export FINALIZER_TOKEN=... RETIRE_KEY=...                                  # needs all five
 #   docker compose up --build                            # redis, capture store, 2 finalizer replicas
 
 # The Python patch version is pinned: a floating tag could change between two builds.

@@ -17,7 +17,7 @@ Run (each value also comes from the environment variable named):
         --store-url http://127.0.0.1:8100 \\         # CAPTURE_STORE_URL
         --finalizer-a http://127.0.0.1:8000 \\       # FINALIZER_A_URL
         --finalizer-b http://127.0.0.1:8001          # FINALIZER_B_URL
-    # tokens: CAPTURE_TOKEN (the store's), FINALIZER_TOKEN (the replicas')
+    # tokens: CAPTURE_TOKEN (the store's writer token), FINALIZER_TOKEN (the replicas')
 
 Exit status 0 when every step held, 1 otherwise (the failing step is printed).
 """

@@ -70,7 +70,9 @@ REPLICAS = ("finalizer-a", "finalizer-b")
 _COMPOSE_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?][^}]*)?\}")
 # What an operator exports before `docker compose up`.
 OPERATOR_ENV = {
-    "CAPTURE_TOKEN": "store-token",
+    "WRITER_TOKEN": "store-writer-token",
+    "STORE_FINALIZER_TOKEN": "store-finalizer-token",
+    "STORE_CONTROL_TOKEN": "store-control-token",
     "FINALIZER_TOKEN": "finalizer-token",
     "RETIRE_KEY": "retire-key-of-the-operator-0123456789",
 }
@@ -233,7 +235,7 @@ def test_replica_config_points_at_the_compose_services(compose: dict[str, Any]) 
     store = _url(settings.sources["store"].url)
     store_port = _option(compose["services"]["capture-store"]["command"], "--port")
     assert (store.hostname, str(store.port)) == ("capture-store", store_port)
-    assert settings.sources["store"].token == "store-token"
+    assert settings.sources["store"].token == "store-finalizer-token"
     store_redis = _option(compose["services"]["capture-store"]["command"], "--redis")
     assert settings.sources["redis"].url == store_redis
     assert settings.guard.redis is not None and settings.guard.redis.seeds == (store_redis,)
@@ -264,12 +266,47 @@ def test_replica_gets_every_variable_its_config_reads(compose: dict[str, Any], n
     assert wanted <= set(service["environment"])
 
 
-def test_store_replicas_and_smoke_share_the_capture_token(compose: dict[str, Any]) -> None:
-    """The store's token and everyone's CAPTURE_TOKEN come from the same variable."""
-    services = compose["services"]
-    store_token = services["capture-store"]["environment"]["TOKEN_FINALIZER_STORE_TOKEN"]
-    for name in (*REPLICAS, "smoke"):
-        assert services[name]["environment"]["CAPTURE_TOKEN"] == store_token
+_STORE_ROLE_VARIABLES = {
+    "writer": "TOKEN_FINALIZER_STORE_WRITER_TOKENS",
+    "finalizer": "TOKEN_FINALIZER_STORE_FINALIZER_TOKENS",
+    "control": "TOKEN_FINALIZER_STORE_CONTROL_TOKENS",
+}
+
+
+@pytest.mark.parametrize("name", ["capture-store", "capture-store-cluster"])
+def test_store_has_a_token_per_role(compose: dict[str, Any], name: str) -> None:
+    """The store gets one distinct token per role, and no token valid for every role."""
+    env = _service_env(compose["services"][name])
+    assert "TOKEN_FINALIZER_STORE_TOKEN" not in env
+    tokens = [env[variable] for variable in _STORE_ROLE_VARIABLES.values()]
+    assert len(set(tokens)) == 3
+
+
+@pytest.mark.parametrize("name", ["capture-store", "capture-store-cluster"])
+def test_store_serve_warns_nothing_at_start(
+    compose: dict[str, Any], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`store serve` with the service's command and environment has no token warning."""
+    from token_finalizer.cli.store.serve import _store_tokens, _token_warnings
+
+    service = compose["services"][name]
+    for variable, value in _service_env(service).items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.delenv("TOKEN_FINALIZER_STORE_TOKEN", raising=False)
+    args = build_parser().parse_args(service["command"][1:])
+    assert _token_warnings(_store_tokens(args)) == []
+
+
+def test_finalizers_hold_the_store_finalizer_token_and_smoke_the_writer_token(
+    compose: dict[str, Any],
+) -> None:
+    """Replicas reach the store with its finalizer token; the smoke test writes as a writer."""
+    store = _service_env(compose["services"]["capture-store"])
+    for name in (*REPLICAS, "finalizer-cluster"):
+        settings = _replica_settings(compose, name)
+        assert settings.sources["store"].token == store[_STORE_ROLE_VARIABLES["finalizer"]]
+    smoke = _service_env(compose["services"]["smoke"])
+    assert smoke["CAPTURE_TOKEN"] == store[_STORE_ROLE_VARIABLES["writer"]]
 
 
 def test_smoke_runs_the_mounted_example_against_the_services(compose: dict[str, Any]) -> None:
