@@ -704,3 +704,77 @@ def test_ci_runs_the_client_tests_under_3_12_and_3_13() -> None:
     assert "\".venv-$version/bin/pip\" install -e ./client -e '.[test]'" in loop
     assert '".venv-$version/bin/pytest" tests/client' in loop
     assert "is not installed here" in loop
+
+
+# -- .ci/compose-e2e: the image and the topology run offline, on loopback -------------
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    """YAML with Compose's `!reset` tag (it drops what the base file sets)."""
+
+
+_ComposeLoader.add_constructor("!reset", lambda loader, node: "!reset")
+
+
+def _ci_override() -> dict[str, Any]:
+    text = (ROOT / ".ci" / "compose-e2e.override.yml").read_text()
+    return yaml.load(text, Loader=_ComposeLoader)  # a SafeLoader, with one tag more
+
+
+def test_ci_override_puts_every_default_service_on_host_networking(
+    compose: dict[str, Any],
+) -> None:
+    """Every service `compose up` starts is overridden onto host networking, no port published."""
+    services = _ci_override()["services"]
+    assert sorted(services) == _default_services(compose)
+    for name, service in services.items():
+        assert service["network_mode"] == "host", name
+        assert service.get("ports", "!reset") == "!reset", name
+
+
+def test_ci_override_addresses_loopback_only() -> None:
+    """Every URL and bind address in the override is 127.0.0.1."""
+    text = (ROOT / ".ci" / "compose-e2e.override.yml").read_text()
+    hosts = set(re.findall(r"://([^/:'\"\s]+)", text))
+    binds = {_option(s["command"], "--host") for s in _ci_override()["services"].values()
+             if "--host" in s.get("command", [])}  # fmt: skip
+    assert hosts == {"127.0.0.1"} and binds == {"127.0.0.1"}
+
+
+def test_ci_override_runs_images_built_here() -> None:
+    """The override names the built images only, and no service is built by compose."""
+    for name, service in _ci_override()["services"].items():
+        assert service["image"].startswith("${CI_"), name
+        assert name == "redis" or service["build"] == "!reset"
+
+
+def test_ci_compose_script_names_no_mirror_and_pulls_nothing() -> None:
+    """.ci/compose-e2e reads the mirror from apt at run time, addresses loopback, pulls never."""
+    script = (ROOT / ".ci" / "compose-e2e").read_text()
+    assert set(re.findall(r"https?://([^/:$\"'\s]+)", script)) <= {"127.0.0.1"}
+    assert "apt_mirror.py" in script and "--pull never" in script
+    assert "--bridge=none" in script and 'kill "$DOCKERD_PID"' in script
+
+
+def test_apt_mirror_reads_both_source_formats(tmp_path: Path) -> None:
+    """The mirror is the first deb source naming the release, deb822 or one-line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("apt_mirror", ROOT / ".ci" / "apt_mirror.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list").write_text(
+        "deb-src http://src.example/debian bookworm main\n"
+        "deb [arch=amd64] http://one.example/debian/ bookworm main\n"
+    )
+    (tmp_path / "sources.list.d" / "d.sources").write_text(
+        "Types: deb\nURIs: http://two.example/debian\nSuites: trixie trixie-updates\n"
+    )
+    module.APT = tmp_path
+    assert (module.mirror("bookworm"), module.mirror("trixie"), module.mirror("sid")) == (
+        "http://one.example/debian",
+        "http://two.example/debian",
+        None,
+    )
