@@ -778,3 +778,11 @@ def test_apt_mirror_reads_both_source_formats(tmp_path: Path) -> None:
         "http://two.example/debian",
         None,
     )
+
+
+def test_ci_runs_the_compose_topology_before_the_tests() -> None:
+    """.ci/run calls .ci/compose-e2e (an executable bash script), before its last line."""
+    lines = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    script = ROOT / ".ci" / "compose-e2e"
+    assert "./.ci/compose-e2e" in lines[:-1]
+    assert script.read_text().startswith("#!/usr/bin/env bash\n") and script.stat().st_mode & 0o111
