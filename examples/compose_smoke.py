@@ -9,7 +9,9 @@ of one capture store. It proves the replicas are interchangeable:
 2. the finished record is finalized through replica a (`X-Run-Id: compose-smoke`);
 3. the retire ticket a issued is redeemed on replica b, which only works
    when both share `retire.key`, and the store shows the capture retired
-   (it refuses a new freeze).
+   (it refuses a late write, to the writer token);
+4. a second rollout the other way round: finalized on b, retired on a;
+5. each replica's `/metrics` counts what it did.
 
 Run (each value also comes from the environment variable named):
 
@@ -17,7 +19,7 @@ Run (each value also comes from the environment variable named):
         --store-url http://127.0.0.1:8100 \\         # CAPTURE_STORE_URL
         --finalizer-a http://127.0.0.1:8000 \\       # FINALIZER_A_URL
         --finalizer-b http://127.0.0.1:8001          # FINALIZER_B_URL
-    # tokens: CAPTURE_TOKEN (the store's), FINALIZER_TOKEN (the replicas')
+    # tokens: CAPTURE_TOKEN (the store's writer token), FINALIZER_TOKEN (the replicas')
 
 Exit status 0 when every step held, 1 otherwise (the failing step is printed).
 """
@@ -115,15 +117,39 @@ def smoke(args: argparse.Namespace) -> None:
 
         expect(b.retire(finalized), "replica b did not retire the ticket replica a issued")
         print(f"3. retired on {args.finalizer_b} with the ticket replica a issued")
-    # The store itself says so: a retired capture refuses a new freeze (409).
-    freeze = f"{args.store_url}/ng-rollout/{rollout_id}/training-token-capture/freeze"
+    # The store itself says so, to the writer token a model server holds: a
+    # retired capture refuses any further write (409).
+    intents = f"{args.store_url}/ng-rollout/{rollout_id}/training-token-capture/intents"
     headers = {"Authorization": f"Bearer {args.capture_token}"} if args.capture_token else {}
-    answer = httpx.post(freeze, headers=headers, timeout=10.0)
+    answer = httpx.post(intents, json={"model_call_id": "late"}, headers=headers, timeout=10.0)
     expect(
         answer.status_code == 409 and "retired" in answer.text,
         f"the store did not report the capture retired: {answer.status_code} {answer.text:.200}",
     )
-    print(f"4. the store holds {rollout_id} retired (a new freeze answers 409)")
+    print(f"4. the store holds {rollout_id} retired (a late write answers 409)")
+
+    # The other way round: finalized on b, retired on a.
+    second = f"{rollout_id}-b"
+    asyncio.run(write_rollout(args.store_url, args.capture_token, second))
+    with (
+        FinalizerClient(args.finalizer_a, token=token, run_id=RUN_ID) as a,
+        FinalizerClient(args.finalizer_b, token=token, run_id=RUN_ID) as b,
+    ):
+        again = b.finalize(record_for(second))
+        expect(again.retirable, f"replica b did not issue a retire ticket: {again.build}")
+        expect(a.retire(again), "replica a did not retire the ticket replica b issued")
+    print(f"5. finalized {second} on {args.finalizer_b}, retired on {args.finalizer_a}")
+
+    # Each replica's /metrics (open, like the probes) counts what it did.
+    for url, did in ((args.finalizer_a, "finalize"), (args.finalizer_b, "retire")):
+        metrics = httpx.get(f"{url.rstrip('/')}/metrics", timeout=10.0)
+        counted = [
+            line
+            for line in metrics.text.splitlines()
+            if line.startswith(f"token_finalizer_{did}_total{{") and not line.endswith(" 0.0")
+        ]
+        expect(metrics.status_code == 200 and bool(counted), f"{url}/metrics counts no {did}")
+    print("6. /metrics of a counts its finalize, of b its retire")
 
 
 def main() -> int:

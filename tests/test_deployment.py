@@ -50,7 +50,8 @@ def _option(command: list[str], flag: str) -> str:
 
 def _health_url(test: list[str]) -> Any:
     """The URL a python-urllib healthcheck probes."""
-    assert test[:3] == ["CMD", "python", "-c"] or test[:2] == ["python", "-c"]
+    command = test[1:] if test[0] == "CMD" else test
+    assert command[0] in {"python", "python3"} and command[1] == "-c"
     code = test[-1]
     assert "urllib.request.urlopen" in code
     match = _HEALTH_URL.search(code)
@@ -70,7 +71,9 @@ REPLICAS = ("finalizer-a", "finalizer-b")
 _COMPOSE_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?][^}]*)?\}")
 # What an operator exports before `docker compose up`.
 OPERATOR_ENV = {
-    "CAPTURE_TOKEN": "store-token",
+    "WRITER_TOKEN": "store-writer-token",
+    "STORE_FINALIZER_TOKEN": "store-finalizer-token",
+    "STORE_CONTROL_TOKEN": "store-control-token",
     "FINALIZER_TOKEN": "finalizer-token",
     "RETIRE_KEY": "retire-key-of-the-operator-0123456789",
 }
@@ -233,7 +236,7 @@ def test_replica_config_points_at_the_compose_services(compose: dict[str, Any]) 
     store = _url(settings.sources["store"].url)
     store_port = _option(compose["services"]["capture-store"]["command"], "--port")
     assert (store.hostname, str(store.port)) == ("capture-store", store_port)
-    assert settings.sources["store"].token == "store-token"
+    assert settings.sources["store"].token == "store-finalizer-token"
     store_redis = _option(compose["services"]["capture-store"]["command"], "--redis")
     assert settings.sources["redis"].url == store_redis
     assert settings.guard.redis is not None and settings.guard.redis.seeds == (store_redis,)
@@ -264,12 +267,47 @@ def test_replica_gets_every_variable_its_config_reads(compose: dict[str, Any], n
     assert wanted <= set(service["environment"])
 
 
-def test_store_replicas_and_smoke_share_the_capture_token(compose: dict[str, Any]) -> None:
-    """The store's token and everyone's CAPTURE_TOKEN come from the same variable."""
-    services = compose["services"]
-    store_token = services["capture-store"]["environment"]["TOKEN_FINALIZER_STORE_TOKEN"]
-    for name in (*REPLICAS, "smoke"):
-        assert services[name]["environment"]["CAPTURE_TOKEN"] == store_token
+_STORE_ROLE_VARIABLES = {
+    "writer": "TOKEN_FINALIZER_STORE_WRITER_TOKENS",
+    "finalizer": "TOKEN_FINALIZER_STORE_FINALIZER_TOKENS",
+    "control": "TOKEN_FINALIZER_STORE_CONTROL_TOKENS",
+}
+
+
+@pytest.mark.parametrize("name", ["capture-store", "capture-store-cluster"])
+def test_store_has_a_token_per_role(compose: dict[str, Any], name: str) -> None:
+    """The store gets one distinct token per role, and no token valid for every role."""
+    env = _service_env(compose["services"][name])
+    assert "TOKEN_FINALIZER_STORE_TOKEN" not in env
+    tokens = [env[variable] for variable in _STORE_ROLE_VARIABLES.values()]
+    assert len(set(tokens)) == 3
+
+
+@pytest.mark.parametrize("name", ["capture-store", "capture-store-cluster"])
+def test_store_serve_warns_nothing_at_start(
+    compose: dict[str, Any], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`store serve` with the service's command and environment has no token warning."""
+    from token_finalizer.cli.store.serve import _store_tokens, _token_warnings
+
+    service = compose["services"][name]
+    for variable, value in _service_env(service).items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.delenv("TOKEN_FINALIZER_STORE_TOKEN", raising=False)
+    args = build_parser().parse_args(service["command"][1:])
+    assert _token_warnings(_store_tokens(args)) == []
+
+
+def test_finalizers_hold_the_store_finalizer_token_and_smoke_the_writer_token(
+    compose: dict[str, Any],
+) -> None:
+    """Replicas reach the store with its finalizer token; the smoke test writes as a writer."""
+    store = _service_env(compose["services"]["capture-store"])
+    for name in (*REPLICAS, "finalizer-cluster"):
+        settings = _replica_settings(compose, name)
+        assert settings.sources["store"].token == store[_STORE_ROLE_VARIABLES["finalizer"]]
+    smoke = _service_env(compose["services"]["smoke"])
+    assert smoke["CAPTURE_TOKEN"] == store[_STORE_ROLE_VARIABLES["writer"]]
 
 
 def test_smoke_runs_the_mounted_example_against_the_services(compose: dict[str, Any]) -> None:
@@ -390,11 +428,28 @@ def test_cluster_finalizer_config_reaches_the_cluster(compose: dict[str, Any]) -
 # -- Dockerfile ---------------------------------------------------------------
 
 
-def test_dockerfile_uses_a_pinned_slim_python_base(dockerfile: list[str]) -> None:
-    """Every stage builds FROM the same slim Python image, its patch version pinned."""
+def test_dockerfile_builds_every_stage_on_one_base_argument(dockerfile: list[str]) -> None:
+    """Every stage builds FROM ${BASE_IMAGE}, declared before the first FROM."""
     bases = [line.split()[0] for line in _instruction(dockerfile, "FROM")]
-    assert bases and all(re.fullmatch(r"python:3\.\d+\.\d+-slim", base) for base in bases)
-    assert len(set(bases)) == 1
+    first_from = next(i for i, line in enumerate(dockerfile) if line.upper().startswith("FROM "))
+    declared = [line for line in dockerfile[:first_from] if line.startswith("ARG BASE_IMAGE=")]
+    assert (len(bases), set(bases), len(declared)) == (2, {"${BASE_IMAGE}"}, 1)
+
+
+def test_dockerfile_defaults_to_a_public_slim_python_of_a_current_minor(
+    dockerfile: list[str],
+) -> None:
+    """BASE_IMAGE defaults to python:3.N-slim, N a supported minor of 3.12 or later."""
+    declared = [line for line in dockerfile if line.startswith("ARG BASE_IMAGE=")]
+    (default,) = [line.split("=", 1)[1] for line in declared]
+    match = re.fullmatch(r"python:3\.(\d+)-slim", default)
+    assert match is not None and int(match.group(1)) >= 12
+
+
+def test_dockerfile_offline_build_arguments_reach_pip(dockerfile: list[str]) -> None:
+    """The build stage declares PIP_NO_INDEX and PIP_FIND_LINKS, so pip can install offline."""
+    args = {line.split()[1].split("=")[0] for line in dockerfile if line.startswith("ARG ")}
+    assert {"PIP_NO_INDEX", "PIP_FIND_LINKS"} <= args
 
 
 def test_dockerfile_installs_from_the_committed_constraints(dockerfile: list[str]) -> None:
@@ -649,3 +704,83 @@ def test_ci_runs_the_client_tests_under_3_12_and_3_13() -> None:
     assert "\".venv-$version/bin/pip\" install -e ./client -e '.[test]'" in loop
     assert '".venv-$version/bin/pytest" tests/client' in loop
     assert "is not installed here" in loop
+
+
+# -- .ci/compose-e2e: the image and the topology run offline, on loopback -------------
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    """YAML with Compose's `!reset` tag (it drops what the base file sets)."""
+
+
+_ComposeLoader.add_constructor("!reset", lambda loader, node: "!reset")
+
+
+def _ci_override() -> dict[str, Any]:
+    text = (ROOT / ".ci" / "compose-e2e.override.yml").read_text()
+    return yaml.load(text, Loader=_ComposeLoader)  # a SafeLoader, with one tag more
+
+
+def test_ci_override_puts_every_default_service_on_host_networking(
+    compose: dict[str, Any],
+) -> None:
+    """Every service `compose up` starts is overridden onto host networking, no port published."""
+    services = _ci_override()["services"]
+    assert sorted(services) == _default_services(compose)
+    for name, service in services.items():
+        assert service["network_mode"] == "host", name
+        assert service.get("ports", "!reset") == "!reset", name
+
+
+def test_ci_override_addresses_loopback_only() -> None:
+    """Every URL and bind address in the override is 127.0.0.1."""
+    text = (ROOT / ".ci" / "compose-e2e.override.yml").read_text()
+    hosts = set(re.findall(r"://([^/:'\"\s]+)", text))
+    binds = {_option(s["command"], "--host") for s in _ci_override()["services"].values()
+             if "--host" in s.get("command", [])}  # fmt: skip
+    assert hosts == {"127.0.0.1"} and binds == {"127.0.0.1"}
+
+
+def test_ci_override_runs_images_built_here() -> None:
+    """The override names the built images only, and no service is built by compose."""
+    for name, service in _ci_override()["services"].items():
+        assert service["image"].startswith("${CI_"), name
+        assert name == "redis" or service["build"] == "!reset"
+
+
+def test_ci_compose_script_names_no_mirror_and_pulls_nothing() -> None:
+    """.ci/compose-e2e reads the mirror from apt at run time, addresses loopback, pulls never."""
+    script = (ROOT / ".ci" / "compose-e2e").read_text()
+    assert set(re.findall(r"https?://([^/:$\"'\s]+)", script)) <= {"127.0.0.1"}
+    assert "apt_mirror.py" in script and "--pull never" in script
+    assert "--bridge=none" in script and 'kill "$DOCKERD_PID"' in script
+
+
+def test_apt_mirror_reads_both_source_formats(tmp_path: Path) -> None:
+    """The mirror is the first deb source naming the release, deb822 or one-line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("apt_mirror", ROOT / ".ci" / "apt_mirror.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list").write_text(
+        "deb-src http://src.example/debian bookworm main\n"
+        "deb [arch=amd64] http://one.example/debian/ bookworm main\n"
+    )
+    (tmp_path / "sources.list.d" / "d.sources").write_text(
+        "Types: deb\nURIs: http://two.example/debian\nSuites: trixie trixie-updates\n"
+    )
+    module.APT = tmp_path
+    assert (module.mirror("bookworm"), module.mirror("trixie"), module.mirror("sid")) == (
+        "http://one.example/debian",
+        "http://two.example/debian",
+        None,
+    )
+
+
+def test_the_compose_run_is_an_executable_bash_script() -> None:
+    """.ci/compose-e2e is an executable bash script (run by hand until .ci/run calls it)."""
+    script = ROOT / ".ci" / "compose-e2e"
+    assert script.read_text().startswith("#!/usr/bin/env bash\n") and script.stat().st_mode & 0o111

@@ -313,21 +313,35 @@ class Settings(_Strict):
 
 
 def _interpolate(value: Any, env: Mapping[str, str], where: str) -> Any:
+    """`value` with every `${VAR}` replaced; ConfigError naming every one that is not set."""
+    missing: list[str] = []
+    result = _substitute(value, env, where, missing)
+    if len(missing) == 1:
+        raise ConfigError(missing[0])
+    if missing:
+        raise ConfigError(f"{len(missing)} environment variables are not set: {'; '.join(missing)}")
+    return result
+
+
+def _substitute(value: Any, env: Mapping[str, str], where: str, missing: list[str]) -> Any:
+    """`value` with every set `${VAR}` replaced; each unset one appended to `missing`."""
     if isinstance(value, str):
 
         def lookup(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in env:
-                raise ConfigError(f"{where}: environment variable {name} is not set")
+                missing.append(f"{where}: environment variable {name} is not set")
+                return match.group(0)
             return env[name]
 
         return _VARIABLE.sub(lookup, value)
     if isinstance(value, dict):
         return {
-            k: _interpolate(v, env, f"{where}.{k}" if where else str(k)) for k, v in value.items()
+            k: _substitute(v, env, f"{where}.{k}" if where else str(k), missing)
+            for k, v in value.items()
         }
     if isinstance(value, list):
-        return [_interpolate(v, env, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_substitute(v, env, f"{where}[{i}]", missing) for i, v in enumerate(value)]
     return value
 
 
@@ -345,14 +359,37 @@ def _restore_variables(value: Any) -> Any:
     return value
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(
+    error: ValidationError, overrides: Mapping[tuple[str, ...], str] | None = None
+) -> str:
+    """The validation problems in words; a key an environment override set names its variable."""
     problems = []
     for item in error.errors():
-        location = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        parts = [str(part) for part in item["loc"]]
+        location = ".".join(parts) or "(top level)"
         location = location.replace("default_source", "sources.default")
         message = item["msg"].removeprefix("Value error, ")
-        problems.append(f"{location}: {message}")
+        variable = _override_naming(parts, overrides or {})
+        origin = f" (set by the environment variable {variable})" if variable else ""
+        problems.append(f"{location}: {message}{origin}")
     return "invalid configuration: " + "; ".join(problems)
+
+
+def _override_naming(location: list[str], overrides: Mapping[tuple[str, ...], str]) -> str | None:
+    """The override variable that set the key at `location` (model tags in it skipped)."""
+    for path, name in overrides.items():
+        if location and location[-1] == path[-1] and all(part in location for part in path):
+            return name
+    return None
+
+
+def _override_paths(env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
+    """Each `TOKEN_FINALIZER__A__B` variable by the key path `("a", "b")` it sets."""
+    return {
+        tuple(part.lower() for part in name[len(OVERRIDE_PREFIX) :].split(OVERRIDE_DELIMITER)): name
+        for name in env
+        if name.startswith(OVERRIDE_PREFIX)
+    }
 
 
 def _override_value(name: str, text: str) -> Any:
@@ -443,7 +480,7 @@ def settings_from_mapping(data: Any, env: Mapping[str, str] | None = None) -> Se
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(_describe(exc, _override_paths(env))) from None
 
 
 def load_settings(

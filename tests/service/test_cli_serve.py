@@ -95,6 +95,19 @@ def test_two_workers_serve_finalize(tmp_path: Path, capture_dir: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_missing_retire_key_is_warned_once(
+    tmp_path: Path, capture_dir: Path, workers: str
+) -> None:
+    """Without retire.key, one worker or two, the start logs the warning exactly once."""
+    config = _write_config(tmp_path / "config.yaml", capture_dir)
+    port, log = free_port(), tmp_path / "serve.log"
+    args = ["serve", "--config", str(config), "--port", str(port), "--workers", workers]
+    with running_process(args, port=port, log=log):
+        pass
+    assert log.read_text().count("retire.key is not configured") == 1
+
+
 def test_invalid_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     """An invalid configuration exits with status 2 and names the key on stderr."""
     config = tmp_path / "config.yaml"

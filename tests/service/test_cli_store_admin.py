@@ -217,10 +217,33 @@ def test_inspect_and_delete_over_redis(
     report = json.loads(capsys.readouterr().out)
     assert (report["store"], report["state"], report["entries"]) == ("redis", "frozen", 1)
     assert report["snapshot_id"] and report["version"] == 2
+    assert report["keys"] == [
+        f"{prefix}{{ng:r1}}:{part}" for part in ("state", "entries", "digests", "order", "links")
+    ]
     assert _run("delete", "r1", *backend) == 2  # no terminal, no --yes
     assert _run("delete", "r1", *backend, "--yes") == 0
     assert f"{prefix}{{ng:r1}}:state" in capsys.readouterr().err
     assert _run("inspect", "r1", *backend) == 1
+
+
+@pytest.mark.parametrize(
+    ("prefix", "hint"),
+    [
+        (None, "under no key prefix: a store started with --key-prefix keeps its keys under it"),
+        ("wrong:", "under key prefix 'wrong:': is it the store's own --key-prefix?"),
+    ],
+)
+def test_inspect_over_redis_finding_nothing_names_the_key_prefix(
+    redis_capture: tuple[str, str],
+    capsys: pytest.CaptureFixture[str],
+    prefix: str | None,
+    hint: str,
+) -> None:
+    """A rollout stored under another prefix: the miss says which prefix was looked under."""
+    url, _ = redis_capture
+    backend = ["--redis", url, *(["--key-prefix", prefix] if prefix else [])]
+    assert _run("inspect", "r1", *backend) == 1
+    assert hint in capsys.readouterr().err
 
 
 # -- sweep in a hostile directory --------------------------------------------------------

@@ -392,3 +392,24 @@ def test_a_mapping_nested_too_deep_is_refused() -> None:
         node["x"] = {}
         node = node["x"]  # type: ignore[assignment]  # built level by level
     assert "nests deeper than 64 levels" in _error({"token_id_capture": data})
+
+
+def test_every_unset_variable_is_named_at_once() -> None:
+    """Several unset `${VAR}`s fail in one error that names each key and variable."""
+    data = {"retire": {"key": "${KEY_A}"}, "auth": {"bearer_tokens": ["${TOKEN_B}"]}}
+    with pytest.raises(ConfigError) as refused:
+        settings_from_mapping(data, env={})
+    assert str(refused.value) == (
+        "2 environment variables are not set: retire.key: environment variable KEY_A is not "
+        "set; auth.bearer_tokens[0]: environment variable TOKEN_B is not set"
+    )
+
+
+def test_an_unknown_environment_override_names_its_variable() -> None:
+    """An override that sets no known key fails naming the variable that set it."""
+    with pytest.raises(ConfigError) as refused:
+        settings_from_mapping({}, env={"TOKEN_FINALIZER__LIMIT": "3"})
+    assert str(refused.value) == (
+        "invalid configuration: limit: Extra inputs are not permitted "
+        "(set by the environment variable TOKEN_FINALIZER__LIMIT)"
+    )

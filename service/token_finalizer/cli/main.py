@@ -7,6 +7,7 @@
     token-finalizer store delete     delete one capture for good
     token-finalizer finalize         finalize a JSONL of records offline
     token-finalizer retire           retire the retirable lines of a finalize output
+    token-finalizer completion bash  print a bash completion script
     token-finalizer --version        print the installed version
 
 The docs' command-line reference (README.md, docs/configuration.md#command-line)
@@ -30,7 +31,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from token_finalizer.cli import batch, serve, store
+from token_finalizer.cli import batch, completion, serve, store
 
 __all__ = ["build_parser", "main"]
 
@@ -118,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _command(
         commands, "retire", batch.RETIRE_HELP, batch.add_retire_arguments, batch.retire_command
+    )
+    _command(
+        commands,
+        "completion",
+        completion.HELP,
+        completion.add_arguments,
+        completion.completion,
     )
     return parser
 

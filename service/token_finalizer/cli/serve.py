@@ -87,6 +87,17 @@ def _evicting_sources(settings: Any) -> list[str]:
     return asyncio.run(evicting_sources(settings))
 
 
+def _warn_shared_key(log_config: dict[str, Any], workers: int) -> None:
+    """The retire.key warning, logged once by the parent: its workers never see a missing key."""
+    import logging.config
+
+    from token_finalizer.service.tickets import warn_key_not_configured
+
+    # uvicorn applies the same configuration again when it starts.
+    logging.config.dictConfig(log_config)
+    warn_key_not_configured(f"made for this run and shared by its {workers} workers, so a replica")
+
+
 def serve(args: argparse.Namespace) -> int:
     """Validate the configuration, then serve until SIGTERM/SIGINT."""
     config_path = args.config or os.environ.get(CONFIG_ENV_VAR) or None
@@ -154,6 +165,7 @@ def serve(args: argparse.Namespace) -> int:
             # one key for this run, handed to every worker (a restart still
             # invalidates open tickets; configure retire.key to keep them).
             os.environ[RETIRE_KEY_OVERRIDE] = secrets.token_hex(32)
+            _warn_shared_key(common["log_config"], args.workers)
         # Set before the workers start (and import prometheus-client): every
         # worker's metrics go to files there, and /metrics sums them all.
         with multiprocess_directory():

@@ -23,7 +23,7 @@ import orjson
 from token_finalizer._constants import MAX_SNAPSHOT_VERSION
 from token_finalizer.service.errors import InvalidRequest, TicketRejected
 
-__all__ = ["RetireTicket", "TicketSigner"]
+__all__ = ["RetireTicket", "TicketSigner", "warn_key_not_configured"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,15 @@ def _field(body: Mapping[str, Any], key: str, kind: type) -> Any:
     return value
 
 
+def warn_key_not_configured(whose: str) -> None:
+    """Log that retire tickets are signed with a key `whose` ... will refuse (once per start)."""
+    logger.warning(
+        f"retire.key is not configured: retire tickets are signed with a key {whose} "
+        "will refuse them, and so will this server once restarted; set retire.key to the "
+        "same secret everywhere (a refused ticket is recovered by finalizing again)"
+    )
+
+
 class TicketSigner:
     """Mints and verifies tickets under one key."""
 
@@ -66,11 +75,7 @@ class TicketSigner:
         """The configured key, or a random one for this process (with a warning)."""
         if key:
             return cls(key.encode())
-        logger.warning(
-            "retire.key is not configured: retire tickets are signed with a key of this "
-            "process only, so another worker or replica will refuse them; set retire.key "
-            "to the same secret everywhere"
-        )
+        warn_key_not_configured("of this process only, so another worker or replica")
         return cls(secrets.token_bytes(32))
 
     def _sign(self, rollout_id: str, source: str, snapshot_id: str, version: int) -> str:

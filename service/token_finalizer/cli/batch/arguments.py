@@ -67,7 +67,14 @@ def _add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_finalize_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `token-finalizer finalize`."""
-    parser.add_argument("input", metavar="IN.jsonl", type=Path, help="finished records, one a line")
+    parser.add_argument(
+        "input",
+        metavar="IN.jsonl",
+        type=Path,
+        help="finished records, one a line; or an earlier finalize output, whose answers' "
+        "records are finalized again (new tickets for the same snapshots) and whose error "
+        "lines are kept as they are",
+    )
     parser.add_argument(
         "-o",
         "--output",

@@ -2,10 +2,17 @@
 
 OUT holds one line per IN line: the finalize answer object, or
 `{"line": N, "error": ...}` for a bad line (not a JSON object, nested deeper
-than the service accepts, a finalize answer instead of a record, a record the
-service refused, an answer that cannot be written), so nothing is dropped
-silently. A bad line is reported and the batch goes on; it makes the exit
-status 3 unless --allow-bad-lines. OUT is flushed and fsynced before the
+than the service accepts, a record the service refused, an answer that cannot
+be written), so nothing is dropped silently.
+
+IN may also be an earlier finalize output: each answer's `record` is finalized
+again (a frozen capture answers the same snapshot, with a ticket this target
+signs: the recovery of tickets that no longer verify,
+docs/finalizer-api.md#post-retire), and its report lines are copied through as
+they are, neither finalized nor counted as new bad lines.
+
+A bad line is reported and the batch goes on; it makes the exit status 3
+unless --allow-bad-lines. OUT is flushed and fsynced before the
 command returns, after a stop or an interrupt too; only then is it safe to
 run `retire`.
 """
@@ -55,7 +62,7 @@ class _Written:
 
     number: int
     payload: bytes
-    outcome: str  # finalized, masked, no_build, bad_line
+    outcome: str  # finalized, masked, no_build, bad_line, carried
     reason: str | None = None
     retirable: bool = False
     error: str | None = None
@@ -78,11 +85,13 @@ class _FinalizeSummary:
     def text(self, output: Path) -> str:
         by_reason = ", ".join(f"{reason}: {n}" for reason, n in sorted(self.reasons.items()))
         bad = self.outcomes["bad_line"]
+        carried = self.outcomes["carried"]
+        kept = f", {counted(carried, 'earlier report line')} kept" if carried else ""
         return (
             f"finalize: {counted(self.lines, 'line')} -> {output}: "
             f"{self.outcomes['finalized']} finalized ({self.retirable} retirable), "
             f"{self.outcomes['masked']} masked{f' ({by_reason})' if by_reason else ''}, "
-            f"{self.outcomes['no_build']} no build, {counted(bad, 'bad line')}\n"
+            f"{self.outcomes['no_build']} no build, {counted(bad, 'bad line')}{kept}\n"
         )
 
 
@@ -94,11 +103,23 @@ def _encode(payload: dict[str, Any]) -> bytes:
     return encode_json(payload)
 
 
-def _not_a_record(data: dict[str, Any]) -> str | None:
-    """Why an object line is not a rollout record (None when it may be one)."""
-    if "record" in data and "retirable" in data:
-        return "a finalize answer, not a rollout record: pass the records themselves"
-    return None
+def _is_report_line(data: dict[str, Any]) -> bool:
+    """An earlier finalize output's line for a line it could not finalize: {"line", "error"}."""
+    return "record" not in data and "error" in data and "line" in data
+
+
+def _record_of(data: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The record to finalize from an input object line, or why there is none.
+
+    A finalize answer (`record` beside `build` or `retirable`) gives its record:
+    finalizing it again is the one-command recovery of its ticket.
+    """
+    if "record" in data and ("build" in data or "retirable" in data):
+        record = data["record"]
+        if not isinstance(record, dict):
+            return None, "a finalize answer whose `record` is not a JSON object"
+        return record, None
+    return data, None
 
 
 def _mask_reason(build: Any) -> str | None:
@@ -131,11 +152,13 @@ async def _finalize_line(target: BatchTarget, line: Line) -> _Written:
 
     if line.data is None:
         return _error_line(line.number, line.error or "unreadable line")
-    problem = _not_a_record(line.data)
-    if problem is not None:
-        return _error_line(line.number, problem)
+    if _is_report_line(line.data):
+        return _Written(line.number, _encode(line.data), "carried")
+    record, problem = _record_of(line.data)
+    if record is None:
+        return _error_line(line.number, problem or "not a rollout record")
     try:
-        answer = await target.finalize(line.data)
+        answer = await target.finalize(record)
     except LineRefusedError as exc:
         return _error_line(line.number, str(exc))
     except BatchAbortedError as exc:

@@ -27,6 +27,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from token_finalizer.cli.batch.arguments import open_input, open_target
@@ -177,6 +178,21 @@ def _failures(outcomes: Counter[str], allow_bad_lines: bool) -> str | None:
     return "; ".join(parts) or None
 
 
+def _recovery(path: Path) -> str:
+    """How to retire what refused tickets kept: finalize the answers again, retire the new file.
+
+    The captures are still frozen, so the same snapshots come back with tickets
+    the target signs now (docs/finalizer-api.md#post-retire).
+    """
+    again = path.with_name(f"{path.stem}.again.jsonl")
+    return (
+        f"retire: to recover, finalize this file again (finalize takes its answers and "
+        f"finalizes their records), then retire the new output: "
+        f"`token-finalizer finalize {path} -o {again}` and "
+        f"`token-finalizer retire {again}`, both with this command's --server or --config\n"
+    )
+
+
 def _retire(args: argparse.Namespace) -> int:
     with open_input(args.input) as reader:
         _check_first_object_line(reader)
@@ -217,6 +233,8 @@ def _retire(args: argparse.Namespace) -> int:
     failures = _failures(outcomes, args.allow_bad_lines)
     if failures is not None:
         sys.stderr.write(f"retire: {failures}: exit status {EXIT_LINES_FAILED}\n")
+        if outcomes["refused"]:
+            sys.stderr.write(_recovery(args.input))
         return EXIT_LINES_FAILED
     return EXIT_OK
 

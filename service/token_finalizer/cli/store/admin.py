@@ -77,6 +77,19 @@ async def _delete(backend: Backend, rollout_id: str) -> tuple[str, ...]:
         return await store.admin.delete(rollout_id)
 
 
+def _prefix_hint(args: argparse.Namespace) -> str:
+    """On Redis: which key prefix was looked under, and that a store's own must be named."""
+    if not getattr(args, "redis", None):
+        return ""
+    prefix = getattr(args, "key_prefix", None) or ""
+    if not prefix:
+        return (
+            " (under no key prefix: a store started with --key-prefix keeps its keys under "
+            "it; pass the same --key-prefix)"
+        )
+    return f" (under key prefix {prefix!r}: is it the store's own --key-prefix?)"
+
+
 @exits_on_usage_error
 def store_inspect(args: argparse.Namespace) -> int:
     """Print the capture's state as JSON; exit 1 when nothing is stored or it cannot be read."""
@@ -90,7 +103,10 @@ def store_inspect(args: argparse.Namespace) -> int:
         return 1
     if report is None:
         print(json.dumps({"rollout_id": args.rollout_id, "found": False}))
-        print(f"nothing stored for rollout {args.rollout_id} in {backend.where}", file=sys.stderr)
+        print(
+            f"nothing stored for rollout {args.rollout_id} in {backend.where}{_prefix_hint(args)}",
+            file=sys.stderr,
+        )
         return 1
     print(json.dumps({"found": True, **report.to_dict()}, indent=2))
     return 0

@@ -124,7 +124,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key-prefix",
         metavar="PREFIX",
-        help="with --redis: prefix of every key (letters, digits, '.', '_', ':', '/', '-')",
+        help="with --redis: prefix of every key, used as it is, so end it with a separator "
+        "(`ng:` gives `ng:{ng:R}:state`; letters, digits, '.', '_', ':', '/', '-')",
     )
     parser.add_argument(
         "--redis-cluster",

@@ -79,13 +79,16 @@ class RedisStoreAdmin:
 
     async def inspect(self, rollout_id: str) -> CaptureReport | None:
         """One capture's report, read in one script; None when nothing is stored."""
-        state_pairs, entries, failed, missing, announced = await self._redis.run(
+        state_pairs, entries, failed, missing, announced, present = await self._redis.run(
             "inspect", rollout_id, (), "inspect"
         )
         if not state_pairs:
             return None
         state = _state(_pairs(state_pairs), {})
-        details: dict[str, Any] = {"keys": self._redis.keys(rollout_id), **state.extra}
+        # Only the keys Redis holds (a capture never has every part: no staging, no lineage).
+        keys = self._redis.keys(rollout_id)
+        existing = [keys[int(position) - 1] for position in present]
+        details: dict[str, Any] = {"keys": existing, **state.extra}
         return CaptureReport.of_state(
             rollout_id,
             "redis",
