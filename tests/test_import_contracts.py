@@ -37,3 +37,40 @@ def test_the_public_client_modules_stay_allowed() -> None:
     public = {"token_finalizer_client.protocol", "token_finalizer_client.transport"}
     assert all((CLIENT_PACKAGE / f"{name.split('.')[1]}.py").is_file() for name in public)
     assert forbidden.isdisjoint(public)
+
+
+def _imports_of(path: Path, package_root: Path) -> set[str]:
+    """Every project module `path` imports, at any depth of the file (TYPE_CHECKING included)."""
+    import ast
+
+    module = ".".join(path.relative_to(package_root).with_suffix("").parts)
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {name for name in names if name != module}
+
+
+def test_no_two_modules_import_each_other() -> None:
+    """No module imports a module that imports it back, not even for annotations only."""
+    roots = {ROOT / "service": ROOT / "service", ROOT / "client": ROOT / "client"}
+    imports: dict[str, set[str]] = {}
+    for source, package_root in roots.items():
+        for path in source.rglob("*.py"):
+            name = ".".join(path.relative_to(package_root).with_suffix("").parts)
+            imports[name.removesuffix(".__init__")] = _imports_of(path, package_root)
+    circles = sorted(
+        f"{first} <-> {second}"
+        for first, targets in imports.items()
+        for second in targets
+        if second in imports
+        and first < second
+        and first in imports[second]
+        and not second.startswith(first + ".")
+        and not first.startswith(second + ".")
+    )
+    assert circles == []

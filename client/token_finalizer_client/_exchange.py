@@ -30,6 +30,7 @@ from token_finalizer_client._constants import MAX_ERROR_BODY_BYTES
 from token_finalizer_client._deadline import deadline_scope, past_deadline
 from token_finalizer_client._decoding import decode_content
 from token_finalizer_client._exceptions import AnswerTooLargeError, InvalidAnswerError
+from token_finalizer_client._reply import Reply
 from token_finalizer_client._wire import WireRequest
 
 __all__ = [
@@ -58,31 +59,6 @@ class AnswerLimits:
 
     timeout_s: float | None
     max_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """One HTTP answer, read whole: its status, headers and decoded body.
-
-    `content` of an error answer is empty when its body was too large or did
-    not decode (its status still says what happened). `request` names the
-    call in messages: method and URL, never headers.
-    """
-
-    status_code: int
-    headers: Mapping[str, str]
-    content: bytes
-    request: str
-
-    @property
-    def is_success(self) -> bool:
-        """Whether the status is 2xx."""
-        return 200 <= self.status_code < 300
-
-    @property
-    def text(self) -> str:
-        """The body as text (UTF-8; undecodable bytes replaced)."""
-        return self.content.decode("utf-8", "replace")
 
 
 def describe_request(request: httpx.Request) -> str:

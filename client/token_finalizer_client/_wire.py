@@ -3,14 +3,14 @@
 Kept apart from the transports so the sync client, the async client and the
 sink build byte-identical requests (`WireRequest`) and map answers to results
 and errors the same way; the transports only send and sleep. Answers arrive
-as `Reply` objects (`_exchange`): read whole, decoded, within the limits.
+as `Reply` objects (`_reply`, made by `_exchange`): read whole, decoded, within the limits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from token_finalizer_client._constants import (
     ACCEPT_ENCODING,
@@ -21,11 +21,9 @@ from token_finalizer_client._constants import (
 )
 from token_finalizer_client._exceptions import InvalidAnswerError, error_for_status
 from token_finalizer_client._json import dumps, loads
+from token_finalizer_client._reply import Reply
 from token_finalizer_client._types import Finalized, Readiness
 from token_finalizer_client._url_credentials import masked
-
-if TYPE_CHECKING:  # `_exchange` sends WireRequests: imported for annotations only
-    from token_finalizer_client._exchange import Reply
 
 __all__ = [
     "HEALTH_REQUEST",

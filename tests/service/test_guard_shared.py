@@ -35,8 +35,8 @@ from token_finalizer.service.guard import (
     InvalidRunId,
     MaskFractionGuard,
     RunGuard,
-    open_guard,
 )
+from token_finalizer.service.guard_setup import open_guard
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.redis_guard import RedisMaskFractionGuard
 from token_finalizer.settings import ConfigError, Settings, settings_from_mapping

@@ -99,8 +99,6 @@ complete -o filenames -F {function} {prog}
 
 
 def completion(args: argparse.Namespace) -> int:
-    """Print the completion script of the whole command line."""
-    from token_finalizer.cli.main import build_parser
-
-    sys.stdout.write(script(build_parser()))
+    """Print the completion script of the whole command line (`main` hands its parser on)."""
+    sys.stdout.write(script(args._parser))
     return 0

@@ -134,7 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     from token_finalizer._logging import cli_logging, log_level
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args._parser = parser  # the whole command line, for `completion`
     run: Command = args._run
     try:
         level = log_level()

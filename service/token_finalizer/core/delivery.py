@@ -28,12 +28,11 @@ from token_finalizer.core.build import (
 )
 from token_finalizer.core.entries import Snapshot
 from token_finalizer.core.errors import (
-    InvalidRolloutId,
     StoreUnreachable,
     TokenIdOutOfRange,
     describe_exception,
 )
-from token_finalizer.core.identity import rollout_id_of
+from token_finalizer.core.identity import RecordKey, record_key
 from token_finalizer.core.protocols import ExtrasSource, TokenSource
 from token_finalizer.core.rebuild import BUILDER_NAME, rebuild_snapshot
 from token_finalizer.core.staged_build import build_staged
@@ -301,8 +300,12 @@ async def finalize_record(
     *,
     terminal_attribution: bool = True,
     raise_unreachable: bool = False,
+    key: RecordKey | None = None,
 ) -> Build | None:
     """Finalize one record in place and return its typed Build (None without a source).
+
+    `key` is the record's capture key when the caller already derived it (the
+    service does, for its logs and metrics); otherwise it is derived here.
 
     `terminal_attribution=False` builds by the chain rules alone (docs/configuration.md).
     `raise_unreachable=True` lets StoreUnreachable through instead of masking: the
@@ -315,11 +318,11 @@ async def finalize_record(
     """
     if source is None:
         return None
-    try:
-        rollout_id = rollout_id_of(result)
-    except InvalidRolloutId as exc:
-        error = f"malformed rollout id: {exc}"
+    key = record_key(result) if key is None else key
+    if key.malformed is not None:
+        error = f"malformed rollout id: {key.malformed}"
         return _mark_unusable(result, error, error, MaskReason.MALFORMED_ROLLOUT_ID)
+    rollout_id = key.rollout_id
     try:
         if rollout_carries_token_ids(result):
             return await _redundant_capture(

@@ -11,12 +11,13 @@ path handle.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer.core.errors import InvalidRolloutId
 from token_finalizer_client.protocol import InvalidIdError, check_call_id, check_rollout_id
 
-__all__ = ["check_model_call_id", "check_store_id", "rollout_id_of"]
+__all__ = ["RecordKey", "check_model_call_id", "check_store_id", "record_key", "rollout_id_of"]
 
 # ASCII only: `str.isalnum` and `\w` would admit look-alike letters from other scripts.
 _RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)
@@ -80,3 +81,20 @@ def rollout_id_of(record: object) -> str | None:
         if attempt > 0:
             base = f"{base}-a{attempt}"
     return check_store_id(base)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKey:
+    """A record's capture key, derived once per finalize: the id (None when the record
+    names none), or why the id it names is malformed."""
+
+    rollout_id: str | None
+    malformed: InvalidRolloutId | None = None
+
+
+def record_key(record: object) -> RecordKey:
+    """`rollout_id_of(record)`, its refusal kept as a value instead of raised."""
+    try:
+        return RecordKey(rollout_id_of(record))
+    except InvalidRolloutId as malformed:
+        return RecordKey(None, malformed)

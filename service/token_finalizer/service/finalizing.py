@@ -15,8 +15,8 @@ from token_finalizer._constants import ENCODE_IN_THREAD_MIN_TOKENS
 from token_finalizer.core.build import Build
 from token_finalizer.core.compact_tokens import compact_output
 from token_finalizer.core.delivery import finalize_record
-from token_finalizer.core.errors import InvalidRolloutId, StoreUnreachable
-from token_finalizer.core.identity import rollout_id_of
+from token_finalizer.core.errors import StoreUnreachable
+from token_finalizer.core.identity import RecordKey, record_key
 from token_finalizer.service.errors import (
     MaskFractionExceeded,
     ServiceError,
@@ -43,13 +43,6 @@ class FinalizeResult:
     def large(self) -> bool:
         """Whether encoding this answer belongs in a worker thread."""
         return self.token_count >= ENCODE_IN_THREAD_MIN_TOKENS
-
-
-def _rollout_id(record: dict[str, Any]) -> str | None:
-    try:
-        return rollout_id_of(record)
-    except InvalidRolloutId:
-        return None
 
 
 def _outcome(build: Build | None) -> str:
@@ -85,7 +78,8 @@ async def finalize_one(
     each carries the record's rollout id, the source once resolved and the
     outcome where there is one (ServiceError.concerning).
     """
-    rollout_id = _rollout_id(record)
+    key = record_key(record)  # once: the build reuses it
+    rollout_id = key.rollout_id
     try:
         source = state.sources.resolve(source_name)
     except UnknownSource as refusal:
@@ -93,7 +87,7 @@ async def finalize_one(
         raise
     try:
         await _guarded(state, state.guard.check, run_id)
-        build = await _build(state, record, source)
+        build = await _build(state, record, source, key)
         outcome = _outcome(build)
         state.metrics.finalize.labels(source.name, outcome).inc()
         if build is not None and build.mask_reason is not None:
@@ -115,7 +109,7 @@ async def finalize_one(
 
 
 async def _build(
-    state: ServiceState, record: dict[str, Any], source: InstrumentedSource
+    state: ServiceState, record: dict[str, Any], source: InstrumentedSource, key: RecordKey
 ) -> Build | None:
     """The build of a record whose agent takes part (None otherwise), within a finalize slot."""
     capture = state.settings.token_id_capture
@@ -129,6 +123,7 @@ async def _build(
                 source,
                 terminal_attribution=capture.terminal_attribution,
                 raise_unreachable=retry,
+                key=key,
             )
         except StoreUnreachable as exc:
             state.metrics.finalize.labels(source.name, "unreachable").inc()

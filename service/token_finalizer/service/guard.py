@@ -17,7 +17,7 @@ One interface (`RunGuard`), two implementations:
   `guard: {redis: URL}`, keeps them in Redis, so every worker of every
   replica counts into, and refuses on, the same totals.
 
-`open_guard` picks one from the settings.
+`guard_setup.open_guard` picks one from the settings.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ from token_finalizer.core.build import Build
 from token_finalizer.service.errors import MaskFractionExceeded, ServiceError
 
 if TYPE_CHECKING:
-    from token_finalizer.service.metrics import ServiceMetrics
-    from token_finalizer.settings import Settings
+    pass
 
 __all__ = [
     "MAX_RUN_ID_LENGTH",
@@ -43,7 +42,6 @@ __all__ = [
     "check_run_id",
     "counted_reason",
     "mask_fraction_refusal",
-    "open_guard",
 ]
 
 # Longest run id (X-Run-Id, --run-id) accepted, in characters: the guard
@@ -200,28 +198,3 @@ class MaskFractionGuard:
 
     async def aclose(self) -> None:
         """Nothing to release."""
-
-
-def open_guard(settings: Settings, metrics: ServiceMetrics) -> RunGuard:
-    """The guard the settings ask for: shared through Redis with `guard.redis`, else in-process.
-
-    Without `max_mask_fraction` the guard is off, and no Redis connection is made.
-    """
-    capture = settings.token_id_capture
-    shared = settings.guard
-    if shared.redis is None or capture.max_mask_fraction is None:
-        return MaskFractionGuard(capture.max_mask_fraction, capture.mask_fraction_min_samples)
-    # Imported here: only a configured shared guard loads redis-py.
-    from token_finalizer.service.redis_guard import RedisMaskFractionGuard
-
-    return RedisMaskFractionGuard(
-        urls=shared.redis.seeds,
-        cluster=shared.redis.cluster,
-        min_replicas_acked=shared.redis.min_replicas_acked,
-        max_mask_fraction=capture.max_mask_fraction,
-        min_samples=capture.mask_fraction_min_samples,
-        key_prefix=shared.key_prefix,
-        run_ttl_s=shared.run_ttl_s,
-        timeout_s=shared.timeout_s,
-        metrics=metrics,
-    )

@@ -19,7 +19,8 @@ from types import TracebackType
 
 from token_finalizer._constants import FINALIZE_CONCURRENCY
 from token_finalizer.core.protocols import TokenSource
-from token_finalizer.service.guard import RunGuard, open_guard
+from token_finalizer.service.guard import RunGuard
+from token_finalizer.service.guard_setup import open_guard
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.service.registry import SourceRegistry
 from token_finalizer.service.tickets import TicketSigner

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from token_finalizer.core.errors import CaptureConflict
 from token_finalizer.core.identity import check_model_call_id, check_store_id
@@ -48,7 +48,7 @@ from token_finalizer.sources.base import (
 )
 
 if TYPE_CHECKING:
-    from token_finalizer.sources.memory import MemoryTokenStore, _Rollout
+    from token_finalizer.sources._state import CaptureState
 
 __all__ = ["MemoryStaging", "RolloutStaging", "StagedCall"]
 
@@ -103,17 +103,44 @@ class RolloutStaging:
         return staging_report(self.ledger.rows, self.calls)
 
 
+class StagingRollout(Protocol):
+    """What staging needs of one rollout of the memory store (`memory._Rollout`)."""
+
+    @property
+    def state(self) -> CaptureState: ...
+
+    @property
+    def staging(self) -> RolloutStaging: ...
+
+    def holds_entries(self) -> bool: ...
+
+
+class StagingHost(Protocol):
+    """What staging needs of the memory store: its lock and its rollouts.
+
+    A protocol, so that this module does not import `memory` (which imports it).
+    """
+
+    @property
+    def _lock(self) -> threading.Lock: ...
+
+    @property
+    def _rollouts(self) -> Mapping[str, StagingRollout]: ...
+
+    def _rollout(self, rollout_id: str) -> StagingRollout: ...
+
+
 class MemoryStaging:
     """The StagingStore methods of a MemoryTokenStore, over its rollouts and lock."""
 
-    def __init__(self, store: MemoryTokenStore) -> None:
+    def __init__(self, store: StagingHost) -> None:
         self._store = store
 
     @property
     def _lock(self) -> threading.Lock:
         return self._store._lock
 
-    def _writable(self, rollout_id: str) -> _Rollout:
+    def _writable(self, rollout_id: str) -> StagingRollout:
         """The rollout to write staging to (created when new), under the lock."""
         rollout = self._store._rollout(rollout_id)
         rollout.state.check_writable(rollout_id)
@@ -147,7 +174,7 @@ class MemoryStaging:
             return self._append(rollout, row, rollout.staging.ledger.plan_failure(row))
 
     @staticmethod
-    def _append(rollout: _Rollout, row: dict[str, Any], decision: LedgerWrite) -> bool:
+    def _append(rollout: StagingRollout, row: dict[str, Any], decision: LedgerWrite) -> bool:
         if decision is LedgerWrite.REPLAY:
             return False
         rollout.staging.ledger.add(row)
