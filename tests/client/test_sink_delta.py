@@ -40,10 +40,27 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
             yield RedisTokenStore(url, key_prefix=prefix)
 
 
+def _twin(store: Any) -> Any:
+    """The same stored data through a store object of its own for the server's thread.
+
+    A redis store's connections belong to the event loop (and thread) that opened them:
+    the test reads through `store` on its own loop while the server writes through this.
+    """
+    if isinstance(store, RedisTokenStore):
+        return RedisTokenStore(redis_url(), key_prefix=store.key_prefix)
+    return store
+
+
 @pytest.fixture
-def store_url(store: Any) -> Iterator[str]:
-    """An open store server over `store`."""
-    with running_app(create_store_app(store)) as url:
+def served(store: Any) -> Any:
+    """The store object the server writes through (`store` itself, or its redis twin)."""
+    return _twin(store)
+
+
+@pytest.fixture
+def store_url(served: Any) -> Iterator[str]:
+    """An open store server over the data of `store`."""
+    with running_app(create_store_app(served)) as url:
         yield url
 
 
@@ -152,12 +169,16 @@ async def test_a_forged_prefix_reference_is_refused(
     assert len((await store.freeze_lines(rid)).lines) == 1
 
 
-async def test_the_sink_falls_back_to_the_full_entry(sink: HttpTokenSink, store: Any) -> None:
+async def test_the_sink_falls_back_to_the_full_entry(
+    sink: HttpTokenSink, store: Any, served: Any
+) -> None:
     """A delta the store refuses (its parent gone) is sent again whole, and stored."""
     rid = _rid()
     entries = _chain(rid, 2)
     await sink.put(entries[0])
     await store.admin.delete(rid)
+    if served is not store:  # the server's own object forgets what it wrote, as a delete does
+        served._known.forget(rid)
     await sink.put(dict(entries[1], parent_call_id="c0"))
     sent = sink.sent  # type: ignore[attr-defined]
     assert ["prompt_ref" in body for body in sent] == [False, True, False]
