@@ -24,6 +24,7 @@ from enum import StrEnum
 from token_finalizer_client.protocol import ROLLOUT_ROUTE
 
 __all__ = [
+    "ANY_TOKEN_ROUTES",
     "ATTACHMENTS_ROUTE",
     "CALL_ROUTE",
     "CONTROL_MANIFEST_ROUTE",
@@ -35,6 +36,7 @@ __all__ = [
     "StoreTokens",
     "checks_own_token",
     "role_of",
+    "route_pattern",
     "unassigned_routes",
 ]
 
@@ -74,6 +76,9 @@ ROUTE_ROLES: Mapping[tuple[str, str], StoreRole] = {
 
 # Probes: load balancers and the finalizer's /ready carry no token.
 OPEN_ROUTES = frozenset({("GET", "/health")})
+# Routes any configured token may read, whatever its roles: /metrics, so a
+# scraper holds no token that can freeze or write (docs/store-protocol.md#metrics).
+ANY_TOKEN_ROUTES = frozenset({("GET", "/metrics")})
 # Routes that check the bearer token themselves, answering a refusal in the shape
 # their caller expects: NeMo Gym's control route (401 {"detail": ...}). The
 # shared guard lets them through; each accepts the tokens of its role.
@@ -92,6 +97,9 @@ def _pattern(route: str) -> re.Pattern[str]:
     parts.append(re.escape(route[end:]))
     return re.compile("".join(parts) + r"\Z")
 
+
+# The store's metrics label requests by route with the same patterns.
+route_pattern = _pattern
 
 # Built without the web framework: the command line reads this module (the role
 # names of `store serve`'s options) and must stay light.
@@ -119,13 +127,14 @@ def role_of(method: str, path: str) -> str | None:
 
 
 def unassigned_routes(routes: Iterable[tuple[str, str]]) -> list[str]:
-    """`METHOD path` of every (method, path) that is neither open nor in ROUTE_ROLES."""
+    """`METHOD path` of every (method, path) neither open, any token's, nor in ROUTE_ROLES."""
     return sorted(
         f"{method} {path}"
         for method, path in routes
         if method != "HEAD"
         and (method, path) not in ROUTE_ROLES
         and (method, path) not in OPEN_ROUTES
+        and (method, path) not in ANY_TOKEN_ROUTES
     )
 
 

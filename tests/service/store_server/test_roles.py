@@ -18,7 +18,7 @@ from token_finalizer.store_server.roles import (
 
 
 def test_every_served_route_has_a_role_or_is_open() -> None:
-    """The app's routes are exactly the table's plus /health: none is served undecided.
+    """The app's routes are exactly the table's plus /health and /metrics: none is undecided.
 
     A token is configured, so NeMo Gym's control route (mounted only then) is served too.
     """
@@ -29,7 +29,7 @@ def test_every_served_route_has_a_role_or_is_open() -> None:
         for method in getattr(route, "methods", None) or ()
         if method != "HEAD"
     }
-    assert served == set(ROUTE_ROLES) | {("GET", "/health")}
+    assert served == set(ROUTE_ROLES) | {("GET", "/health"), ("GET", "/metrics")}
 
 
 def test_a_route_missing_from_the_table_is_named() -> None:

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from token_finalizer._constants import DEFAULT_HOST, DEFAULT_STORE_PORT
+from token_finalizer.cli.args import positive_int
 from token_finalizer.cli.store.backend import (
     Backend,
     add_backend_arguments,
@@ -80,6 +81,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"one bearer token valid for every role (default: ${STORE_TOKEN_ENV_VAR}, which "
         "keeps it out of the process list); prefer a token per role; /health stays open",
     )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1); each opens its own connection to the store, "
+        "/metrics sums every worker's",
+    )
     for role in StoreRole:
         parser.add_argument(
             f"--{role}-token",
@@ -141,13 +150,33 @@ def _server_logging() -> dict[str, Any]:
     return {"log_config": logging_config(access_logger=ACCESS_LOGGER), "access_log": False}
 
 
+def _serving_options(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's options of every `store serve`: address, JSON logs, h11 with its deadlines."""
+    from token_finalizer.web.protocol import server_options
+
+    # h11 with a request-head deadline, and a connection cap (web/protocol.py).
+    return {"host": args.host, "port": args.port, **_server_logging(), **server_options()}
+
+
+async def _reachable(backend: Backend) -> bool:
+    """Whether the backend's store answers a ping (said on stderr when not)."""
+    from token_finalizer.core.errors import CaptureError
+
+    async with opened(backend) as store:
+        try:
+            await store.ping()
+        except CaptureError as exc:
+            print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
+            return False
+    return True
+
+
 async def _serve(args: argparse.Namespace, backend: Backend) -> int:
     """Serve the backend's store until interrupted: checked reachable first, closed at the end."""
     import uvicorn
 
     from token_finalizer.core.errors import CaptureError
     from token_finalizer.store_server import create_store_app
-    from token_finalizer.web.protocol import server_options
 
     async with opened(backend) as store:
         try:
@@ -156,11 +185,30 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
             print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
             return 2
         app = create_store_app(store, tokens=_store_tokens(args))
-        # h11 with a request-head deadline, and a connection cap (web/protocol.py).
-        config = uvicorn.Config(
-            app, host=args.host, port=args.port, **_server_logging(), **server_options()
-        )
+        config = uvicorn.Config(app, **_serving_options(args))
         await uvicorn.Server(config).serve()
+    return 0
+
+
+def _serve_workers(args: argparse.Namespace, backend: Backend, tokens: StoreTokens) -> int:
+    """`--workers N`: the store checked reachable here, then N processes serving it."""
+    import uvicorn
+
+    from token_finalizer._prometheus import multiprocess_directory
+    from token_finalizer.cli.store.workers import WORKER_SPEC_ENV_VAR, worker_spec
+
+    if not asyncio.run(_reachable(backend)):
+        return 2
+    os.environ[WORKER_SPEC_ENV_VAR] = worker_spec(backend, tokens)
+    # Set before the workers start (and import prometheus-client): every
+    # worker's metrics go to files there, and /metrics sums them all.
+    with multiprocess_directory():
+        uvicorn.run(
+            "token_finalizer.cli.store.workers:worker_app",
+            factory=True,
+            workers=args.workers,
+            **_serving_options(args),
+        )
     return 0
 
 
@@ -181,8 +229,22 @@ def store_serve(args: argparse.Namespace) -> int:
             "reach this port can write and retire captures",
             file=sys.stderr,
         )
+    from token_finalizer._prometheus import MULTIPROC_DIR_ENV_VAR, prepare_multiprocess_directory
     from token_finalizer.web.protocol import event_loop_factory
 
+    operator_directory = os.environ.get(MULTIPROC_DIR_ENV_VAR)
+    if operator_directory:
+        try:
+            # Before any worker writes there: a new run starts counting from zero.
+            prepare_multiprocess_directory(operator_directory)
+        except OSError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if args.workers > 1:
+        try:
+            return _serve_workers(args, backend, tokens)
+        except KeyboardInterrupt:
+            return 0
     try:
         # On uvloop when installed, as `serve` is (web/protocol.py).
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
