@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
-import sys
 from typing import Any
 
 from token_finalizer._constants import DEFAULT_HOST, DEFAULT_STORE_PORT
+from token_finalizer._logging import say
 from token_finalizer.cli.args import positive_int
 from token_finalizer.cli.store.backend import (
     Backend,
@@ -166,7 +167,7 @@ async def _reachable(backend: Backend) -> bool:
         try:
             await store.ping()
         except CaptureError as exc:
-            print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
+            say(logging.ERROR, f"error: the store {backend.where} cannot be reached: {exc}")
             return False
     return True
 
@@ -182,7 +183,7 @@ async def _serve(args: argparse.Namespace, backend: Backend) -> int:
         try:
             await store.ping()
         except CaptureError as exc:
-            print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
+            say(logging.ERROR, f"error: the store {backend.where} cannot be reached: {exc}")
             return 2
         app = create_store_app(store, tokens=_store_tokens(args))
         config = uvicorn.Config(app, **_serving_options(args))
@@ -218,16 +219,16 @@ def store_serve(args: argparse.Namespace) -> int:
     try:
         tokens = _store_tokens(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(logging.ERROR, f"error: {exc}")
         return 2
     backend = backend_of(args, existing_dir=False)
     for warning in _token_warnings(tokens):
-        print(f"warning: {warning}", file=sys.stderr)
+        say(logging.WARNING, f"warning: {warning}")
     if args.host not in _LOOPBACK and not tokens.enabled:
-        print(
+        say(
+            logging.WARNING,
             f"warning: serving {backend.where} on {args.host} without a token: anyone who can "
             "reach this port can write and retire captures",
-            file=sys.stderr,
         )
     from token_finalizer._prometheus import MULTIPROC_DIR_ENV_VAR, prepare_multiprocess_directory
     from token_finalizer.web.protocol import event_loop_factory
@@ -238,7 +239,7 @@ def store_serve(args: argparse.Namespace) -> int:
             # Before any worker writes there: a new run starts counting from zero.
             prepare_multiprocess_directory(operator_directory)
         except OSError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            say(logging.ERROR, f"error: {exc}")
             return 2
     if args.workers > 1:
         try:
