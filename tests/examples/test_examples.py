@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.packed import canonical_lines
 from tests.support.servers import free_port, running_process
 from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
@@ -64,6 +65,11 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def read_capture(path: Path) -> list[dict[str, Any]]:
+    """A capture file's entries as readers see them (stored packed at rest)."""
+    return [json.loads(line) for line in canonical_lines(path.read_bytes())]
 
 
 def token_items(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -160,7 +166,7 @@ def test_example_docstring_says_who_and_how(name: str) -> None:
 def test_write_capture_file_writes_one_entry_per_call(tmp_path: Path) -> None:
     """By default the file writer puts 3 full TokenEntries into ./capture/ROLLOUT.tokens.jsonl."""
     ok(run_example("write_capture_file.py", cwd=tmp_path))
-    entries = read_jsonl(tmp_path / "capture" / f"{ROLLOUT}.tokens.jsonl")
+    entries = read_capture(tmp_path / "capture" / f"{ROLLOUT}.tokens.jsonl")
     fields = {"rollout_id", "model_call_id", "prompt_token_ids", "generation_token_ids"}
     fields |= {"generation_log_probs", "output_items", "token_item_index", "created_at"}
     assert [entry["model_call_id"] for entry in entries] == ["call-0", "call-1", "call-2"]
@@ -300,7 +306,7 @@ def test_write_capture_http_writes_through_store_serve(tmp_path: Path, store: st
     """HttpTokenSink puts the 3 entries into the directory `store serve` serves."""
     env = {"CAPTURE_STORE_URL": store}
     ok(run_example("write_capture_http.py", cwd=tmp_path, env=env))
-    entries = read_jsonl(tmp_path / "store" / f"{ROLLOUT}.tokens.jsonl")
+    entries = read_capture(tmp_path / "store" / f"{ROLLOUT}.tokens.jsonl")
     assert [entry["model_call_id"] for entry in entries] == ["call-0", "call-1", "call-2"]
 
 

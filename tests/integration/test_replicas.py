@@ -231,7 +231,8 @@ def test_compose_smoke_passes_against_the_deploy_config(tmp_path: Path) -> None:
     env = {
         "CAPTURE_STORE_URL": bases["store"],
         "REDIS_URL": url,
-        "CAPTURE_TOKEN": "smoke-store-token",
+        "CAPTURE_TOKEN": "smoke-store-token",  # the store's writer token
+        "STORE_FINALIZER_TOKEN": "smoke-store-finalizer-token",  # the replicas' http source
         "FINALIZER_TOKEN": "smoke-finalizer-token",
         "RETIRE_KEY": "smoke-retire-key-0123456789abcdefgh",
     }
@@ -242,7 +243,12 @@ def test_compose_smoke_passes_against_the_deploy_config(tmp_path: Path) -> None:
         config_path = tmp_path / "finalizer.yaml"
         config_path.write_text(yaml.safe_dump(config))
         store_args = ["store", "serve", "--redis", url, "--key-prefix", prefix]
-        store_env = {"TOKEN_FINALIZER_STORE_TOKEN": env["CAPTURE_TOKEN"]}
+        # A token per role, as docker-compose.yml gives the store.
+        store_env = {
+            "TOKEN_FINALIZER_STORE_WRITER_TOKENS": env["CAPTURE_TOKEN"],
+            "TOKEN_FINALIZER_STORE_FINALIZER_TOKENS": env["STORE_FINALIZER_TOKEN"],
+            "TOKEN_FINALIZER_STORE_CONTROL_TOKENS": "smoke-store-control-token",
+        }
 
         def replica(name: str) -> list[str]:
             command = list(compose["services"][f"finalizer-{name}"]["command"][1:])
