@@ -1,4 +1,4 @@
-"""Every asyncio client object works from any event loop and any thread (docs/architecture.md#event-loops).
+"""Every asyncio client works from any event loop and thread (docs/architecture.md#event-loops).
 
 Each object is built once, then used the ways an integrator's code uses it:
 `asyncio.run` per call, a Starlette `TestClient` portal (its own loop in a
