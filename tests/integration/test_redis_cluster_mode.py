@@ -21,8 +21,10 @@ pytestmark = pytest.mark.skipif(not redis_server_available(), reason="needs redi
 @pytest.fixture
 def cluster_node(tmp_path: Path) -> Iterator[RedisProcess]:
     """One `redis-server --cluster-enabled yes` (no slots assigned: it still answers PING)."""
-    (port,) = free_ports(1)
-    node = RedisProcess(port, tmp_path / "node", arguments=["--cluster-enabled", "yes"])
+    # The bus port defaults to port + 10000, past 65535 for a high free port: name one.
+    port, bus_port = free_ports(2)
+    arguments = ["--cluster-enabled", "yes", "--cluster-port", str(bus_port)]
+    node = RedisProcess(port, tmp_path / "node", arguments=arguments)
     node.start()
     try:
         assert node.answers()
