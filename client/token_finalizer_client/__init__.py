@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         ServerError,
         SourceUnavailableError,
         StoreFullError,
+        UnsupportedFeatureError,
     )
     from token_finalizer_client._ledger import HttpCaptureLedger
     from token_finalizer_client._resolver import (
@@ -122,6 +123,7 @@ _LAZY = {
     "ServerError": "_exceptions",
     "SourceUnavailableError": "_exceptions",
     "StoreFullError": "_exceptions",
+    "UnsupportedFeatureError": "_exceptions",
     "HttpLineageResolver": "_resolver",
     "LineageMatch": "_resolver",
     "LineageResolution": "_resolver",
@@ -187,6 +189,7 @@ __all__ = [
     "StagedOutcome",
     "StagedRow",
     "StoreFullError",
+    "UnsupportedFeatureError",
     "WeightVersionSpan",
     "__version__",
 ]

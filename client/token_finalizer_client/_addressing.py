@@ -14,6 +14,7 @@ percent-encoded (`call_path`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from urllib.parse import quote
 
 from token_finalizer_client._constants import MAX_ID_LENGTH
@@ -29,6 +30,7 @@ __all__ = [
     "rollout_path",
     "split_staging_key",
     "staged_path",
+    "staging_keys_by_rollout",
 ]
 
 # ASCII only: `str.isalnum` and `\w` would admit look-alike letters from other scripts.
@@ -135,3 +137,21 @@ def split_staging_key(key: object) -> tuple[str, str]:
         raise InvalidIdError(f"staging key {key!r:.200} is not 'rollout_id/model_call_id'")
     rollout_id, _, model_call_id = key.partition("/")
     return check_rollout_id(rollout_id), check_call_id(model_call_id)
+
+
+def staging_keys_by_rollout(keys: Iterable[object]) -> dict[str, list[str]]:
+    """Each rollout's call ids, in the order the keys first name them (each id once).
+
+    Every key is checked first (`split_staging_key`): InvalidIdError (a
+    ValueError) naming the first that is not one, before anything is sent.
+    """
+    grouped: dict[str, dict[str, None]] = {}
+    for key in keys:
+        try:
+            rollout_id, call_id = split_staging_key(key)
+        except InvalidIdError as exc:
+            if isinstance(key, str) and "/" in key:  # the message names the part: name the key
+                raise InvalidIdError(f"staging key {key!r:.200} is invalid: {exc}") from None
+            raise
+        grouped.setdefault(rollout_id, {})[call_id] = None
+    return {rollout_id: list(call_ids) for rollout_id, call_ids in grouped.items()}

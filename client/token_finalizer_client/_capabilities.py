@@ -42,6 +42,7 @@ __all__ = [
     "PACKED_STAGE",
     "PROTOCOL_VERSION",
     "REFUSED_EXTENSION_STATUSES",
+    "STAGED_CLEAR",
     "Probe",
     "StoreCapabilities",
     "features_of",
@@ -56,6 +57,7 @@ COMPACT_RESOLVE = "compact_resolve"  # lineage/resolve?tokens=compact
 KNOWN_PREFIX = "known_prefix"  # a resolve's "known": only the ids after it
 PACKED_FREEZE = "packed_freeze"  # freeze?columns=packed
 PACKED_STAGE = "packed_stage"  # a stage body's token columns in "columns"
+STAGED_CLEAR = "staged_clear"  # POST .../staged/clear: delete named staged calls
 # An answer to a request that used an extension after which the store is asked again.
 REFUSED_EXTENSION_STATUSES = frozenset({404, 405, 422})
 # A store answering these to /capabilities has no such route: plain v1 only.

@@ -8,6 +8,8 @@
     ├── InvalidAnswerError          an answer the client refuses to read: it does not decode,
     │   │                           or it is not what the call answers
     │   └── AnswerTooLargeError     ... because it is (or decodes to) more than the client's limit
+    ├── UnsupportedFeatureError     the store does not advertise the extension a call needs
+    │                                  (`feature`; nothing was sent but the capabilities probe)
     └── APIStatusError              an HTTP answer with an error status (status_code, message, body)
         ├── BadRequestError         400, 422: the request itself is wrong
         │   └── InvalidLedgerRequestError  ... a capture-ledger call (also a ValueError)
@@ -58,6 +60,7 @@ __all__ = [
     "ServerError",
     "SourceUnavailableError",
     "StoreFullError",
+    "UnsupportedFeatureError",
     "error_for_status",
     "shorten",
 ]
@@ -100,6 +103,18 @@ class InvalidAnswerError(FinalizerError):
 
 class AnswerTooLargeError(InvalidAnswerError):
     """An answer over the client's size limit, on the wire or once decoded; it was not kept."""
+
+
+class UnsupportedFeatureError(FinalizerError):
+    """The store does not advertise the protocol extension a call needs (`feature`).
+
+    Raised before the call's request is sent (docs/store-protocol.md#extensions-and-capabilities):
+    a store that predates the extension has no plain-v1 way to do it.
+    """
+
+    def __init__(self, feature: str, message: str) -> None:
+        super().__init__(message)
+        self.feature = feature
 
 
 class APIStatusError(FinalizerError):

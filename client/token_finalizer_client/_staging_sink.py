@@ -33,25 +33,48 @@ The identical record staged again answers ok. The staging key is the
 store's: `rollout_id/model_call_id`, which `HttpStagingSource` fetches. The result is Gym's own
 `StageResult` when Gym's staging records module is loaded (Gym's capture
 refuses any other class), else this package's (`_staged_types`).
+
+`clear(keys)` is the other half of NeMo RL's staging sink (its
+`TQTokenSink.clear`): once a trainer has consumed a rollout's staged calls it
+deletes exactly those, dead branches included, through the store's
+`staged_clear` extension (docs/staging.md#clearing-staged-calls). It needs a
+**finalizer** token (a writer token is refused, 403), so the trainer holds
+its own sink for it; it is idempotent, and it raises, unlike `stage`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
-from token_finalizer_client._addressing import check_call_id, check_rollout_id, staged_path
+from token_finalizer_client._addressing import (
+    check_call_id,
+    check_rollout_id,
+    rollout_path,
+    staged_path,
+    staging_keys_by_rollout,
+)
 from token_finalizer_client._attachments import encode_attachments
 from token_finalizer_client._blocking_store import BlockingStoreConnection
-from token_finalizer_client._capabilities import PACKED_STAGE, REFUSED_EXTENSION_STATUSES
-from token_finalizer_client._exceptions import shorten
+from token_finalizer_client._capabilities import (
+    PACKED_STAGE,
+    REFUSED_EXTENSION_STATUSES,
+    STAGED_CLEAR,
+)
+from token_finalizer_client._exceptions import (
+    InvalidAnswerError,
+    UnsupportedFeatureError,
+    shorten,
+)
 from token_finalizer_client._gym_types import gym_staging_class
 from token_finalizer_client._json import dumps
 from token_finalizer_client._packed_columns import COLUMN_NAMES, pack_columns
 from token_finalizer_client._staged_types import StageResult
-from token_finalizer_client._wire import WireRequest, decode_body
+from token_finalizer_client._wire import WireRequest, decode_body, read_object
 
 __all__ = ["HttpStagingSink"]
+
+_CLEAR = "staged/clear"
 
 
 def _ids(record: object) -> tuple[str, str]:
@@ -156,3 +179,48 @@ class HttpStagingSink(BlockingStoreConnection):
         if key != f"{rollout_id}/{call_id}":
             return _result(ok=False, error=f"the store answered another call's key: {key!r:.200}")
         return _result(ok=True, staging_key=key)
+
+    def clear(self, staging_keys: Iterable[str]) -> None:
+        """Delete exactly the named staged calls (record, extras, attachments); idempotent.
+
+        Keys are staging keys, `rollout_id/model_call_id`, of any rollouts
+        (one request per rollout). Every key is checked before anything is
+        sent: one that is not a staging key raises `ValueError` naming it. A
+        key the store does not hold (never staged, or cleared already) is no
+        error. Ledger rows stay, and a cleared call cannot be staged again.
+        Needs a finalizer token: `PermissionDeniedError` (403) with a
+        writer's; `ConflictError` (409) for a frozen rollout, whose staged
+        calls go when it is retired. `UnsupportedFeatureError` when the
+        store does not advertise `staged_clear` (nothing is deleted).
+        """
+        if isinstance(staging_keys, str | bytes):
+            raise TypeError("staging_keys is a list of staging keys, not one string")
+        by_rollout = staging_keys_by_rollout(staging_keys)
+        if not by_rollout:
+            return
+        if not self._supports(STAGED_CLEAR):
+            raise self._no_clear()
+        for rollout_id, call_ids in by_rollout.items():
+            request = WireRequest.json("POST", rollout_path(rollout_id, _CLEAR), {"keys": call_ids})
+            reply = self._call(request)
+            if reply.status_code in REFUSED_EXTENSION_STATUSES:
+                # Perhaps no longer the store that advertised it: ask again, and say so
+                # if it no longer does; else the refusal stands (a 422 names the key).
+                self._forget_capabilities()
+                if not self._supports(STAGED_CLEAR):
+                    raise self._no_clear()
+            cleared = read_object(reply).get("cleared")
+            if type(cleared) is not int or not 0 <= cleared <= len(call_ids):
+                raise InvalidAnswerError(
+                    f"the store's clear answer for rollout {rollout_id} is not a count "
+                    f"of at most {len(call_ids)}: {cleared!r:.100}"
+                )
+
+    def _no_clear(self) -> UnsupportedFeatureError:
+        return UnsupportedFeatureError(
+            STAGED_CLEAR,
+            f"the capture store at {self.url} does not advertise {STAGED_CLEAR!r} at "
+            "GET /capabilities, so it cannot delete staged calls one by one; nothing was "
+            "deleted. Upgrade the store, or retire each rollout whole after finalizing it "
+            "(docs/staging.md#clearing-staged-calls)",
+        )

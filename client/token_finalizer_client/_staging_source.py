@@ -31,12 +31,17 @@ decoded, since it carries a whole rollout's tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import httpx
 
-from token_finalizer_client._addressing import rollout_path, split_staging_key, staged_path
+from token_finalizer_client._addressing import (
+    rollout_path,
+    split_staging_key,
+    staged_path,
+    staging_keys_by_rollout,
+)
 from token_finalizer_client._attachments import decode_attachments
 from token_finalizer_client._blocking_store import BlockingStoreConnection
 from token_finalizer_client._constants import (
@@ -56,15 +61,6 @@ __all__ = ["HttpStagingSource"]
 _FETCH = "staged/fetch"
 _EXTRAS = "staged/extras"
 _ATTACHMENTS = "attachments"
-
-
-def _by_rollout(keys: Iterable[str]) -> dict[str, list[str]]:
-    """Each rollout's call ids, in the order the keys first name them (each id once)."""
-    grouped: dict[str, dict[str, None]] = {}
-    for key in keys:
-        rollout_id, call_id = split_staging_key(key)
-        grouped.setdefault(rollout_id, {})[call_id] = None
-    return {rollout_id: list(call_ids) for rollout_id, call_ids in grouped.items()}
 
 
 def _listed(answer: dict[str, Any], name: str, count: int) -> list[Any]:
@@ -124,7 +120,7 @@ class HttpStagingSource(BlockingStoreConnection):
     def fetch(self, staging_keys: Sequence[str]) -> list[Any]:
         """One base snapshot per key, in order; KeyError(key) for a key the store does not hold."""
         fetched: dict[str, Any] = {}
-        for rollout_id, call_ids in _by_rollout(staging_keys).items():
+        for rollout_id, call_ids in staging_keys_by_rollout(staging_keys).items():
             answer = self._post(rollout_id, _FETCH, call_ids)
             for call_id, data in zip(
                 call_ids, _listed(answer, "snapshots", len(call_ids)), strict=True

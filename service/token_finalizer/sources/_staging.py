@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 
 from token_finalizer.core.codec import loads_json
-from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt
+from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, CaptureFrozen
 from token_finalizer.core.identity import check_model_call_id
 from token_finalizer.core.staging import (
     PACK_ERRORS,
@@ -55,6 +55,9 @@ __all__ = [
     "checked_attachments",
     "checked_failure_row",
     "checked_ledger_row",
+    "clear_refused",
+    "cleared_call_ids",
+    "cleared_conflict",
     "entries_refused",
     "extras_json",
     "file_line",
@@ -116,6 +119,30 @@ def staging_refused(rollout_id: str) -> CaptureConflict:
     """A staging write to a rollout that holds token entries."""
     return CaptureConflict(
         f"rollout {rollout_id} holds token entries; ledger rows and staged calls cannot be added"
+    )
+
+
+# -- clearing staged calls (docs/staging.md#clearing-staged-calls) ----------------------
+
+
+def cleared_call_ids(call_ids: Iterable[str]) -> list[str]:
+    """The call ids of a clear, each checked, each once (first-named order)."""
+    return list(dict.fromkeys(check_model_call_id(call_id) for call_id in call_ids))
+
+
+def clear_refused(rollout_id: str) -> CaptureFrozen:
+    """A clear of a frozen rollout: its staged calls belong to the snapshot until retired."""
+    return CaptureFrozen(
+        f"rollout {rollout_id} is frozen; its staged calls are part of the frozen snapshot "
+        "and go with it when it is retired (POST drop), not one by one"
+    )
+
+
+def cleared_conflict(rollout_id: str, call_id: str) -> CaptureConflict:
+    """A stage of a call whose staged record was cleared: write-once holds across a clear."""
+    return CaptureConflict(
+        f"call {call_id} of rollout {rollout_id} was staged and then cleared; "
+        "it cannot be staged again"
     )
 
 

@@ -75,3 +75,7 @@ class StagingDelegate:
     ) -> dict[str, Attachment] | None:
         """The call's attachments as staged; None when not staged."""
         return await self._staging.fetch_attachments(rollout_id, model_call_id)
+
+    async def clear_staged(self, rollout_id: str, call_ids: Sequence[str]) -> int:
+        """Delete exactly these staged calls; how many were held (idempotent)."""
+        return await self._staging.clear_staged(rollout_id, call_ids)

@@ -479,6 +479,18 @@ class StagingStore(Protocol):
         """The call's attachments as staged ({} when it staged none); None when not staged."""
         ...
 
+    async def clear_staged(self, rollout_id: str, call_ids: Sequence[str]) -> int:
+        """Delete exactly these staged calls (record, extras, attachments); how many were held.
+
+        Idempotent: a call that is not staged (never, or cleared already) and
+        a retired or unknown rollout are no error and change nothing. Ledger
+        rows stay. A cleared call id is kept as a tombstone, so the call
+        cannot be staged again (CaptureConflict): write-once holds across a
+        clear. CaptureFrozen for a frozen rollout, whose staged calls belong
+        to its snapshot until it is retired (docs/staging.md#clearing-staged-calls).
+        """
+        ...
+
 
 @runtime_checkable
 class CaptureStore(CaptureSource, CaptureSink, StagingStore, Protocol):

@@ -32,6 +32,9 @@ from token_finalizer.sources._staging import (
     checked_attachments,
     checked_failure_row,
     checked_ledger_row,
+    clear_refused,
+    cleared_call_ids,
+    cleared_conflict,
     extras_json,
     staged_ancestors,
     staged_lines,
@@ -70,15 +73,18 @@ class RolloutStaging:
 
     ledger: LedgerIndex = field(default_factory=LedgerIndex)
     calls: dict[str, StagedCall] = field(default_factory=dict)
+    # Staged calls deleted by a clear: never staged again (write-once).
+    cleared: set[str] = field(default_factory=set)
 
     def holds_any(self) -> bool:
-        """Whether the rollout holds any ledger row or staged call."""
-        return bool(self.ledger.rows or self.calls)
+        """Whether the rollout holds any ledger row, staged call or cleared call."""
+        return bool(self.ledger.rows or self.calls or self.cleared)
 
     def clear(self) -> None:
         """Forget every row and call (a drop keeps only the state)."""
         self.ledger = LedgerIndex()
         self.calls.clear()
+        self.cleared.clear()
 
     def frozen_lines(self, rollout_id: str) -> StagedLines:
         """The manifest and, per record, its staged base JSON."""
@@ -218,6 +224,8 @@ class MemoryStaging:
             stored = calls.get(call_id)
             if stored is not None and (stored.base, stored.rest) == (base, rest):
                 return False
+            if call_id in rollout.staging.cleared:
+                raise cleared_conflict(rollout_id, call_id)
             ancestors: list[StagedCallBaseSnapshot] = []
             if record.parent_call_id is not None:
 
@@ -235,6 +243,24 @@ class MemoryStaging:
             calls[call_id] = StagedCall(record.base_snapshot(), base, rest, record.extras, checked)
             rollout.state.version += 1
             return True
+
+    async def clear_staged(self, rollout_id: str, call_ids: Sequence[str]) -> int:
+        """Delete exactly these staged calls; how many were held (idempotent)."""
+        ids = cleared_call_ids(call_ids)
+        if not ids:
+            return 0
+        with self._lock:
+            rollout = self._store._rollouts.get(check_store_id(rollout_id))
+            if rollout is None or rollout.state.retired:
+                return 0
+            if rollout.state.frozen:
+                raise clear_refused(rollout_id)
+            staging = rollout.staging
+            held = [call_id for call_id in ids if call_id in staging.calls]
+            for call_id in held:
+                del staging.calls[call_id]
+            staging.cleared.update(held)
+            return len(held)
 
     def _calls(self, rollout_id: str) -> dict[str, StagedCall]:
         calls: dict[str, StagedCall] = self._reading(

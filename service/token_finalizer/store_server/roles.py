@@ -27,6 +27,7 @@ from token_finalizer_client.protocol import ROLLOUT_ROUTE
 __all__ = [
     "ATTACHMENTS_ROUTE",
     "CALL_ROUTE",
+    "CLEAR_ROUTE",
     "CONTROL_MANIFEST_ROUTE",
     "OPEN_ROUTES",
     "ROUTE_ROLES",
@@ -49,6 +50,8 @@ CALL_ROUTE = ROLLOUT_ROUTE + "/calls/{model_call_id:path}"
 # External staging (docs/staging.md#protocol): a staged call, and its attachments.
 STAGE_ROUTE = ROLLOUT_ROUTE + "/staged/{model_call_id:path}"
 ATTACHMENTS_ROUTE = STAGE_ROUTE + "/attachments"
+# The `staged_clear` extension: delete named staged calls (the trainer, after consuming them).
+CLEAR_ROUTE = ROLLOUT_ROUTE + "/staged/clear"
 # NeMo Gym 0.7's manifest route, outside the rollout prefix, exactly as Gym serves it.
 CONTROL_MANIFEST_ROUTE = "/training-token-capture/control/rollouts/{rollout_id}/manifest"
 
@@ -68,6 +71,7 @@ ROUTE_ROLES: Mapping[tuple[str, str], StoreRole] = {
     ("POST", ROLLOUT_ROUTE + "/staged/fetch"): StoreRole.FINALIZER,
     ("POST", ROLLOUT_ROUTE + "/staged/extras"): StoreRole.FINALIZER,
     ("GET", ATTACHMENTS_ROUTE): StoreRole.FINALIZER,
+    ("POST", CLEAR_ROUTE): StoreRole.FINALIZER,
     ("GET", CONTROL_MANIFEST_ROUTE): StoreRole.CONTROL,
 }
 

@@ -10,6 +10,7 @@ Under the rollout prefix `{base}/ng-rollout/{rid}/training-token-capture/`:
     POST staged/fetch                {"keys"}                   {"snapshots": [...]}
     POST staged/extras               {"keys"}                   {"extras": [...], "missing"}
     GET  staged/{call}/attachments                              {"attachments"}, 404
+    POST staged/clear                {"keys"}                   {"cleared": n}  (extension)
 
 Each route is one call of the store's StagingStore methods; the freeze, drop
 and lineage/resolve routes of protocol v1 serve staging rollouts too
@@ -38,7 +39,7 @@ from token_finalizer.store_server._staging_requests import (
     stage_request,
     staged_call_id,
 )
-from token_finalizer.store_server.roles import ATTACHMENTS_ROUTE, STAGE_ROUTE
+from token_finalizer.store_server.roles import ATTACHMENTS_ROUTE, CLEAR_ROUTE, STAGE_ROUTE
 from token_finalizer.web.answers import encoded_response, error_response, json_response
 from token_finalizer.web.body import JsonBody
 from token_finalizer.web.errors import HttpError
@@ -128,6 +129,14 @@ def install_staging_routes(app: FastAPI, store: CaptureStore, read_body: BodyRea
         }
         accept = request.headers.get("accept-encoding")
         return await asyncio.to_thread(json_response, payload, accept_encoding=accept)
+
+    @app.post(CLEAR_ROUTE)
+    async def clear(rollout_id: str, request: Request) -> Response:
+        # The `staged_clear` extension (docs/staging.md#clearing-staged-calls): the named
+        # calls' staged records go, idempotently; the ledger stays.
+        check_store_id(rollout_id)
+        keys = call_keys((await read_body(request)).data)
+        return json_response({"cleared": await store.clear_staged(rollout_id, keys)})
 
     @app.get(ATTACHMENTS_ROUTE)
     async def attachments(rollout_id: str, request: Request) -> Response:

@@ -42,11 +42,26 @@ def _staging_keys(raw: redis.Redis, prefix: str) -> list[str]:
 async def test_every_staging_key_carries_the_rollouts_hash_tag(
     rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
 ) -> None:
-    """The six staging keys of a rollout are `<prefix>{ng:<id>}:<part>`, one cluster slot."""
+    """The seven staging keys of a rollout are `<prefix>{ng:<id>}:<part>`, one cluster slot.
+
+    `staged_cleared` exists once a clear deleted a staged call.
+    """
     await _write(rstore, Conversation.of(RID, 2))
+    await rstore.clear_staged(RID, ["c1"])
     keys = _staging_keys(raw, redis_prefix)
     assert keys == sorted(f"{redis_prefix}{{ng:{RID}}}:{part}" for part in STAGING_KEY_PARTS)
     assert len({key_slot(key.encode()) for key in keys}) == 1
+
+
+async def test_a_clear_keeps_the_open_rollouts_expiry_on_every_key(
+    rstore: RedisTokenStore, raw: redis.Redis, redis_prefix: str
+) -> None:
+    """The tombstone set a clear creates expires with the rollout's other keys."""
+    await _write(rstore, Conversation.of(RID, 1))
+    await rstore.clear_staged(RID, ["c1"])
+    cleared = f"{redis_prefix}{{ng:{RID}}}:staged_cleared"
+    assert raw.smembers(cleared) == {b"c1"}
+    assert 0 < raw.pttl(cleared) <= 3_600_000
 
 
 async def test_an_open_staging_rollout_expires_as_a_whole(

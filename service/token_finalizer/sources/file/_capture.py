@@ -55,8 +55,11 @@ CAPTURE_SUFFIXES = (
     ".tokens.jsonl",
     ".tokens.lock",
 )
-# The temporary file of a state replacement: `.R.tokens.state.json.<uuid4 hex>.tmp`.
-TEMP_NAME = re.compile(r"\.(.+)\.tokens\.state\.json\.[0-9a-f]{32}\.tmp", re.ASCII | re.DOTALL)
+# The temporary file of a replacement: `.R.tokens.state.json.<uuid4 hex>.tmp` for the
+# state, `.R.staged.jsonl.<uuid4 hex>.tmp` for the staged calls after a clear.
+TEMP_NAME = re.compile(
+    r"\.(.+)\.(?:tokens\.state\.json|staged\.jsonl)\.[0-9a-f]{32}\.tmp", re.ASCII | re.DOTALL
+)
 
 
 class CaptureFiles:
@@ -198,6 +201,34 @@ class CaptureFiles:
                 temp.unlink(missing_ok=True)
         if durable:
             fsync_dir(self.directory)
+
+    def replace_staged(self, data: bytes) -> None:
+        """Replace the staged-call file with `data` atomically and durably (temp file + rename).
+
+        A clear rewrites it (docs/staging.md#clearing-staged-calls): the old
+        file stays whole until the rename, so a crash leaves one or the other.
+        """
+        temp = self.staged.with_name(f".{self.staged.name}.{uuid.uuid4().hex}.tmp")
+        created = False
+        try:
+            try:
+                fd = open_regular(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, writing=True)
+                created = True
+                try:
+                    write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(temp, self.staged)
+            except BaseException as exc:
+                full = space_error(self.staged.name, exc)
+                if full is not None:
+                    raise full from None
+                raise
+        finally:
+            if created:
+                temp.unlink(missing_ok=True)
+        fsync_dir(self.directory)
 
     def remove_data_files(self) -> list[str]:
         """Unlink the rollout's data files (names only: a link's target is untouched)."""

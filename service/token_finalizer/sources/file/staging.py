@@ -5,7 +5,9 @@
                       the file is new), under the rollout's exclusive flock on
                       R.tokens.lock, the lock file Gym shares
     R.staged.jsonl    staged calls: {"attachments": ..., "record": <StagedCallRecord>}
-                      per line, sorted keys, fsynced before a stage is acknowledged
+                      per line, sorted keys, fsynced before a stage is acknowledged;
+                      a clear rewrites it with each cleared call's line replaced by
+                      the tombstone {"cleared": <call id>}
 
 A directory Gym's own ledger wrote is read as it is, and Gym reads ours.
 Every operation holds the rollout's exclusive flock (as Gym's ledger does),
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
+
 from token_finalizer._constants import STAGING_INDEX_MAX_ROLLOUTS
 from token_finalizer.core.codec import loads_json
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt
@@ -48,6 +52,9 @@ from token_finalizer.sources._staging import (
     checked_attachments,
     checked_failure_row,
     checked_ledger_row,
+    clear_refused,
+    cleared_call_ids,
+    cleared_conflict,
     file_line,
     ledger_line,
     parse_file_line,
@@ -96,6 +103,8 @@ class _Read:
     staged_tail: Tail | None = None
     staged: dict[str, _Slot] = field(default_factory=dict)
     staged_lines: int = 0
+    # Calls whose staged line a clear replaced by a tombstone (never staged again).
+    cleared: set[str] = field(default_factory=set)
 
 
 class FileStaging:
@@ -134,11 +143,16 @@ class FileStaging:
         read.ledger_tail = ledger.tail
         staged = read_appended(files.staged, read.staged_tail)
         if staged.restarted:
-            read.staged, read.staged_lines = {}, 0
+            read.staged, read.staged_lines, read.cleared = {}, 0, set()
         for offset, line in staged.lines:
+            read.staged_lines += 1
+            cleared = _cleared_id(files, line, offset)
+            if cleared is not None:
+                read.staged.pop(cleared, None)
+                read.cleared.add(cleared)
+                continue
             call_id, slot = _slot(files, line, offset)
             read.staged.setdefault(call_id, slot)
-            read.staged_lines += 1
         read.staged_tail = staged.tail
         return read
 
@@ -296,6 +310,8 @@ class FileStaging:
                     lambda ancestor: self._snapshot(files, current, ancestor),
                     len(current.staged),
                 )
+            if call_id in current.cleared:
+                raise cleared_conflict(rollout_id, call_id)
             check_custody(record, ancestors)
             if slot is not None:
                 raise CaptureConflict(
@@ -390,6 +406,50 @@ class FileStaging:
 
         return await asyncio.to_thread(self._reading, rollout_id, fetch, None)
 
+    def _clear(self, rollout_id: str, call_ids: list[str]) -> int:
+        files = self._files(rollout_id)
+        if not files.holds_staging():
+            return 0  # nothing staged, and no lock file is created for a stranger
+
+        def clear(files: CaptureFiles, current: _Read) -> int:
+            state = files.read_state()
+            if state.retired:
+                return 0
+            if state.frozen:
+                raise clear_refused(rollout_id)
+            staged = current.staged
+            held = sorted(
+                ((staged[call_id], call_id) for call_id in call_ids if call_id in staged),
+                key=lambda pair: pair[0].offset,
+            )
+            if not held:
+                return 0
+            # Each cleared call's line becomes its tombstone, in place: the line count
+            # (the open rollout's version) is unchanged, the tokens are gone.
+            data = read_file(files.staged)
+            if data is None:
+                raise CaptureCorrupt(f"{files.staged.name} vanished under the rollout's lock")
+            pieces: list[bytes] = []
+            start = 0
+            for slot, call_id in held:
+                pieces += [data[start : slot.offset], _tombstone(call_id)]
+                start = slot.offset + slot.length
+            pieces.append(data[start:])
+            files.replace_staged(b"".join(pieces))
+            current.staged_tail = None  # another file now: read it again from its start
+            self._current(files, rollout_id)
+            return len(held)
+
+        return self._locked(rollout_id, clear, writing=False)
+
+    async def clear_staged(self, rollout_id: str, call_ids: Sequence[str]) -> int:
+        """Delete exactly these staged calls; how many were held (idempotent)."""
+        check_store_id(rollout_id)
+        ids = cleared_call_ids(call_ids)
+        if not ids:
+            return 0
+        return await asyncio.to_thread(self._clear, rollout_id, ids)
+
     # -- what the store's freeze, drop and admin call, under the rollout's lock ----------
 
     def write_count(self, files: CaptureFiles, rollout_id: str) -> int:
@@ -425,6 +485,30 @@ def _row(files: CaptureFiles, line: bytes, offset: int) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise CaptureCorrupt(f"{files.ledger.name}: the row at byte {offset} is not an object")
     return row
+
+
+_TOMBSTONE_START = b'{"cleared":'
+
+
+def _tombstone(call_id: str) -> bytes:
+    """The line a clear leaves in place of a staged call's (sorted keys, compact)."""
+    return orjson.dumps({"cleared": call_id})
+
+
+def _cleared_id(files: CaptureFiles, line: bytes, offset: int) -> str | None:
+    """The call id of a tombstone line; None for a staged call's line."""
+    if not line.startswith(_TOMBSTONE_START):
+        return None
+    try:
+        data = loads_json(line)
+    except ValueError as error:
+        raise CaptureCorrupt(
+            f"{files.staged.name} at byte {offset}: unreadable tombstone ({error})"
+        ) from None
+    call_id = data.get("cleared") if isinstance(data, dict) else None
+    if not isinstance(call_id, str) or set(data) != {"cleared"}:
+        raise CaptureCorrupt(f"{files.staged.name} at byte {offset}: a malformed tombstone")
+    return call_id
 
 
 def _slot(files: CaptureFiles, line: bytes, offset: int) -> tuple[str, _Slot]:

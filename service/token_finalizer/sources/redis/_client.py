@@ -29,6 +29,8 @@ External staging (sources/redis/staging.py, docs/staging.md#storage):
     P{ng:R}:staged         HASH   model_call_id -> the staged call's base snapshot JSON
     P{ng:R}:staged_extras  HASH   model_call_id -> {"attachments", "extras"} JSON
     P{ng:R}:staged_index   HASH   model_call_id -> "<staging digest> <parent call id>"
+    P{ng:R}:staged_cleared SET    model_call_ids whose staged call a clear deleted
+                                  (never staged again)
 
 Every call goes through the retry layer (`_retrying`): whatever fails on the
 way (a lost connection, a slot moving, a failover) is retried until the
@@ -89,6 +91,7 @@ STAGING_KEY_PARTS: Final = (
     "staged",
     "staged_extras",
     "staged_index",
+    "staged_cleared",
 )
 KEY_PARTS: Final = (*ENTRY_KEY_PARTS, *STAGING_KEY_PARTS)
 # Scripts that change nothing: never followed by WAIT. Every other one is a state change.

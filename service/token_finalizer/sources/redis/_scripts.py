@@ -38,13 +38,16 @@ SCRIPT_NAMES: Final = (
     "staged_chain",
     "staged_read",
     "staging_freeze",
+    "staged_clear",
     # Not the store's: the mask-fraction guard's shared count (service/redis_guard.py).
     "guard_observe",
 )
 _PRELUDE: Final = "prelude"
 _SHEBANG: Final = "#!lua"
 # The scripts allowed while Redis is at `maxmemory` (their shebang says so).
-ALLOWED_UNDER_OOM: Final = frozenset({"freeze", "drop", "sweep", "delete", "mark_incomplete"})
+ALLOWED_UNDER_OOM: Final = frozenset(
+    {"freeze", "drop", "sweep", "delete", "mark_incomplete", "staged_clear"}
+)
 
 
 def _read(name: str) -> str:

@@ -40,6 +40,9 @@ from token_finalizer.sources._staging import (
     checked_attachments,
     checked_failure_row,
     checked_ledger_row,
+    clear_refused,
+    cleared_call_ids,
+    cleared_conflict,
     extras_json,
     ledger_line,
     staged_lines,
@@ -217,6 +220,8 @@ class RedisStaging:
                     f"call {call_id} of rollout {rollout_id} was already staged "
                     "with a different payload"
                 )
+            if reply[0] == b"cleared":
+                raise cleared_conflict(rollout_id, call_id)
             if reply[0] != b"parent_changed":
                 raise self._refused(reply, rollout_id, "stage")
         raise SourceUnavailable(
@@ -270,6 +275,21 @@ class RedisStaging:
         if line is None:
             return None
         return dict(self._rest(line, rollout_id, model_call_id).get("attachments") or {})
+
+    async def clear_staged(self, rollout_id: str, call_ids: Sequence[str]) -> int:
+        """Delete exactly these staged calls in one script; how many were held (idempotent)."""
+        check_store_id(rollout_id)
+        ids = cleared_call_ids(call_ids)
+        if not ids:
+            return 0
+        reply = await self._redis.run(
+            "staged_clear", rollout_id, (self._abandoned_ms, *ids), "staged clear"
+        )
+        if reply[0] == b"frozen":
+            raise clear_refused(rollout_id)
+        if reply[0] != b"ok" or len(reply) != 2:
+            raise self._redis.unexpected("staged clear", reply)
+        return int(reply[1])
 
     # -- the freeze and inspect ----------------------------------------------------------
 

@@ -1,9 +1,9 @@
 -- Shared by every script of the redis capture store (docs/store-protocol.md#redis-store).
 -- KEYS: 1 state, 2 entries, 3 digests, 4 order, 5 intents, 6 incomplete, 7 links, 8 lineage
 -- (the lineage index, docs/store-protocol.md#lineage-index), and external staging's 9 ledger,
--- 10 ledger_ids, 11 ledger_fp, 12 staged, 13 staged_extras, 14 staged_index (one rollout's
--- keys, all under its hash tag; docs/staging.md#storage). Flags in the state hash are "1" or
--- absent; HMGET answers false for an absent field.
+-- 10 ledger_ids, 11 ledger_fp, 12 staged, 13 staged_extras, 14 staged_index, 15 staged_cleared
+-- (one rollout's keys, all under its hash tag; docs/staging.md#storage). Flags in the state
+-- hash are "1" or absent; HMGET answers false for an absent field.
 
 -- The server's clock as "seconds.microseconds", so ages agree across machines.
 local function now()
@@ -28,7 +28,7 @@ local function holds_entries()
 end
 
 local function holds_staging()
-  return redis.call('EXISTS', KEYS[9], KEYS[12]) > 0
+  return redis.call('EXISTS', KEYS[9], KEYS[12], KEYS[15]) > 0
 end
 
 -- The stored entry lines in put order (freeze, committed); nil and the call id

@@ -2,8 +2,9 @@
 -- ARGV: call id, parent call id ("" for a root), the parent's staging digest the custody
 -- check read ("" for a root), base snapshot JSON, attachments and extras JSON, this call's
 -- staging digest, abandoned TTL ms.
--- Answers {'new'} | {'same'} | {'conflict'} | {'parent_changed'} (the parent is no longer
--- the one checked) | {'frozen'} | {'retired'} | {'family'}.
+-- Answers {'new'} | {'same'} | {'conflict'} | {'cleared'} (staged once, then cleared: never
+-- again) | {'parent_changed'} (the parent is no longer the one checked) | {'frozen'}
+-- | {'retired'} | {'family'}.
 local flags = redis.call('HMGET', KEYS[1], 'retired', 'frozen')
 if flags[1] then return {'retired'} end
 if flags[2] then return {'frozen'} end
@@ -16,6 +17,7 @@ if stored then
   end
   return {'conflict'}
 end
+if redis.call('SISMEMBER', KEYS[15], call_id) == 1 then return {'cleared'} end
 if ARGV[2] ~= '' then
   local parent = redis.call('HGET', KEYS[14], ARGV[2])
   if not parent or string.sub(parent, 1, #ARGV[3] + 1) ~= ARGV[3] .. ' ' then
