@@ -155,6 +155,9 @@ class SourceSettings(_Strict):
     # A store that cannot be reached: answer 503 so the harness retries (nothing
     # was frozen), or mask the record. docs/configuration.md#sources
     on_unreachable: Literal["retry", "mask"] = DEFAULT_ON_UNREACHABLE
+    # Whose receipt policy decides a staging rollout's terminal and poisoning: ours, or
+    # NeMo RL's where it differs cheaply (docs/staging.md#nemo-rls-receipt-policy).
+    receipt_policy: Literal["token_finalizer", "nemo_rl"] = "token_finalizer"
 
     @model_validator(mode="after")
     def _kind_needs(self) -> SourceSettings:
@@ -299,6 +302,11 @@ class Settings(_Strict):
         """`on_unreachable` of a configured source (sources given in code take the default)."""
         source = self.sources.get(name)
         return DEFAULT_ON_UNREACHABLE if source is None else source.on_unreachable
+
+    def sources_receipt_policy(self, name: str) -> str:
+        """`receipt_policy` of a configured source (sources given in code take ours)."""
+        source = self.sources.get(name)
+        return "token_finalizer" if source is None else source.receipt_policy
 
     @model_validator(mode="after")
     def _default_exists(self) -> Settings:

@@ -67,9 +67,17 @@ class StagedService:
 
 @contextlib.contextmanager
 def staged_service(
-    kind: str, directory: Path, redis_prefix: str | None = None, **settings: Any
+    kind: str,
+    directory: Path,
+    redis_prefix: str | None = None,
+    *,
+    source_options: dict[str, Any] | None = None,
+    **settings: Any,
 ) -> Iterator[StagedService]:
-    """The app over one source `local` of `kind` (redis: under `redis_prefix`)."""
+    """The app over one source `local` of `kind` (redis: under `redis_prefix`).
+
+    `source_options` are more keys of the source's settings (`receipt_policy`, say).
+    """
     provided: dict[str, Any] = {}
     shared = None
     if kind == "memory":
@@ -87,6 +95,7 @@ def staged_service(
             return FileTokenStore(directory)
         return RedisTokenStore(redis_url(), key_prefix=redis_prefix or "")
 
+    source.update(source_options or {})
     config = {"sources": {"default": "local", "local": source}, **settings}
     app = create_app(settings_from_mapping(config, env={}), sources=provided)
     with in_process(app) as client:

@@ -36,6 +36,7 @@ from token_finalizer.core.identity import RecordKey, record_key
 from token_finalizer.core.protocols import ExtrasSource, TokenSource
 from token_finalizer.core.rebuild import BUILDER_NAME, rebuild_snapshot
 from token_finalizer.core.staged_build import build_staged
+from token_finalizer.core.staging import ReceiptPolicy
 
 __all__ = [
     "MASK_SAMPLE_KEY",
@@ -206,6 +207,7 @@ async def _build(
     *,
     terminal_attribution: bool,
     raise_unreachable: bool,
+    receipt_policy: ReceiptPolicy = ReceiptPolicy.TOKEN_FINALIZER,
 ) -> Build:
     try:
         snapshot: Snapshot = await source.freeze(rollout_id)
@@ -230,6 +232,7 @@ async def _build(
         source,
         terminal_attribution=terminal_attribution,
         raise_unreachable=raise_unreachable,
+        receipt_policy=receipt_policy,
     )
 
 
@@ -240,12 +243,17 @@ async def _staged(
     *,
     terminal_attribution: bool,
     raise_unreachable: bool,
+    receipt_policy: ReceiptPolicy,
 ) -> Build:
     """The build of a frozen staging rollout: verified, never rebuilt (docs/staging.md)."""
     extras = source if isinstance(source, ExtrasSource) else None
     try:
         return await build_staged(
-            snapshot, result, extras, terminal_attribution=terminal_attribution
+            snapshot,
+            result,
+            extras,
+            terminal_attribution=terminal_attribution,
+            receipt_policy=receipt_policy,
         )
     except StoreUnreachable as exc:
         if raise_unreachable:
@@ -268,6 +276,7 @@ async def _rebuilt(
     *,
     terminal_attribution: bool,
     raise_unreachable: bool = False,
+    receipt_policy: ReceiptPolicy = ReceiptPolicy.TOKEN_FINALIZER,
 ) -> Build:
     """The build of a frozen snapshot for this record (never raises but StoreUnreachable,
     and that only when `raise_unreachable`)."""
@@ -278,6 +287,7 @@ async def _rebuilt(
             source,
             terminal_attribution=terminal_attribution,
             raise_unreachable=raise_unreachable,
+            receipt_policy=receipt_policy,
         )
     rebuild = functools.partial(
         rebuild_snapshot,
@@ -301,6 +311,7 @@ async def finalize_record(
     terminal_attribution: bool = True,
     raise_unreachable: bool = False,
     key: RecordKey | None = None,
+    receipt_policy: ReceiptPolicy = ReceiptPolicy.TOKEN_FINALIZER,
 ) -> Build | None:
     """Finalize one record in place and return its typed Build (None without a source).
 
@@ -308,6 +319,8 @@ async def finalize_record(
     service does, for its logs and metrics); otherwise it is derived here.
 
     `terminal_attribution=False` builds by the chain rules alone (docs/configuration.md).
+    `receipt_policy` decides a staging rollout's receipt: ours, or NeMo RL's
+    (docs/staging.md#receipt-policy).
     `raise_unreachable=True` lets StoreUnreachable through instead of masking: the
     store was not reached, nothing was frozen, and the caller may try again later
     (the service answers 503; docs/finalizer-api.md#unreachable-stores).
@@ -326,7 +339,11 @@ async def finalize_record(
     try:
         if rollout_carries_token_ids(result):
             return await _redundant_capture(
-                result, rollout_id, source, terminal_attribution=terminal_attribution
+                result,
+                rollout_id,
+                source,
+                terminal_attribution=terminal_attribution,
+                receipt_policy=receipt_policy,
             )
         if rollout_id is None:
             return _mark_unusable(
@@ -341,6 +358,7 @@ async def finalize_record(
             source,
             terminal_attribution=terminal_attribution,
             raise_unreachable=raise_unreachable,
+            receipt_policy=receipt_policy,
         )
         _apply(result, build)
         return build
@@ -362,6 +380,7 @@ async def _redundant_capture(
     source: TokenSource,
     *,
     terminal_attribution: bool,
+    receipt_policy: ReceiptPolicy,
 ) -> Build | None:
     """Freeze the capture of a record that already carries its own token ids.
 
@@ -400,7 +419,13 @@ async def _redundant_capture(
         kept_because = "the record is masked"
     else:
         # What a finalize of this record would have built from the capture alone.
-        own = await _rebuilt(snapshot, result, source, terminal_attribution=terminal_attribution)
+        own = await _rebuilt(
+            snapshot,
+            result,
+            source,
+            terminal_attribution=terminal_attribution,
+            receipt_policy=receipt_policy,
+        )
         if own.mask_sample and not _same_token_ids(result, own):
             kept_because = f"the capture's own build is masked ({own.mask_reason})"
     if kept_because is not None:

@@ -36,6 +36,7 @@ from token_finalizer.core.protocols import ExtrasSource
 from token_finalizer.core.staged_outcome import StagedFailure, StagedOutcome
 from token_finalizer.core.staging import (
     LinearizedRow,
+    ReceiptPolicy,
     ReceiptVerificationError,
     RolloutReceipt,
     StagedCallBaseSnapshot,
@@ -61,14 +62,16 @@ async def build_staged(
     extras: ExtrasSource | None,
     *,
     terminal_attribution: bool = True,
+    receipt_policy: ReceiptPolicy = ReceiptPolicy.TOKEN_FINALIZER,
 ) -> Build:
     """The build of a frozen staging rollout for `record` (never raises, but StoreUnreachable).
 
     `extras` reads the chain's extras (None: a source that cannot, so any
     chain fails `missing_extras`). `terminal_attribution=False` leaves the
     record's witnesses out of the receipt: the parent-link walk alone picks
-    the terminal. StoreUnreachable from the extras read is raised: the
-    caller decides between a 503 and a masked build.
+    the terminal. `receipt_policy` is ours or NeMo RL's (docs/staging.md#receipt-policy).
+    StoreUnreachable from the extras read is raised: the caller decides
+    between a 503 and a masked build.
     """
     staged = snapshot.staged
     if staged is None:
@@ -77,7 +80,7 @@ async def build_staged(
     receipt: RolloutReceipt | None = None
     row: LinearizedRow | None = None
     try:
-        receipt = _receipt(staged, witnesses)
+        receipt = _receipt(staged, witnesses, receipt_policy)
         row = await _verified(receipt, staged)
         await _check_extras(snapshot.rollout_id, row, staged.extras, extras)
     except ReceiptVerificationError as error:
@@ -92,9 +95,11 @@ async def build_staged(
     )
 
 
-def _receipt(staged: StagedCapture, record: Mapping[str, Any]) -> RolloutReceipt:
+def _receipt(
+    staged: StagedCapture, record: Mapping[str, Any], policy: ReceiptPolicy
+) -> RolloutReceipt:
     try:
-        return build_receipt(staged.manifest, record)
+        return build_receipt(staged.manifest, record, policy=policy)
     except StagingRecordError:
         # The only rule a manifest can break on its way into a receipt is one row per
         # call id (stores write once per call id; a ledger edited by hand may not):

@@ -17,6 +17,7 @@ from token_finalizer.core.compact_tokens import compact_output
 from token_finalizer.core.delivery import finalize_record
 from token_finalizer.core.errors import StoreUnreachable
 from token_finalizer.core.identity import RecordKey, record_key
+from token_finalizer.core.staging import ReceiptPolicy
 from token_finalizer.service.errors import (
     MaskFractionExceeded,
     ServiceError,
@@ -116,6 +117,7 @@ async def _build(
     if not capture.takes_part(record):
         return None
     retry = state.settings.sources_on_unreachable(source.name) == "retry"
+    policy = ReceiptPolicy(state.settings.sources_receipt_policy(source.name))
     async with state.finalize_slots(source.name):
         try:
             return await finalize_record(
@@ -124,6 +126,7 @@ async def _build(
                 terminal_attribution=capture.terminal_attribution,
                 raise_unreachable=retry,
                 key=key,
+                receipt_policy=policy,
             )
         except StoreUnreachable as exc:
             state.metrics.finalize.labels(source.name, "unreachable").inc()

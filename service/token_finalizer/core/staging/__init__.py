@@ -67,7 +67,7 @@ from token_finalizer.core.staging.packed import (
     pack_columns,
     unpack_columns,
 )
-from token_finalizer.core.staging.receipt import build_receipt
+from token_finalizer.core.staging.receipt import ReceiptPolicy, build_receipt
 from token_finalizer.core.staging.records import (
     StagedCallBaseSnapshot,
     StagedCallRecord,
@@ -98,6 +98,7 @@ __all__ = [
     "LinearizedRow",
     "ManifestFailure",
     "RebuildError",
+    "ReceiptPolicy",
     "ReceiptVerificationError",
     "RolloutManifest",
     "RolloutReceipt",
