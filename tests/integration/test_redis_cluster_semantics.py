@@ -3,7 +3,8 @@
 The store contract (tests/service/sources/test_store_semantics.py: writes,
 freeze, retire, admin, sweep), the read-only view lineage resolution reads
 (test_committed_entries.py) and lineage resolution over the wire
-(tests/service/store_server/test_resolve.py) run here unchanged, with
+(tests/service/store_server/test_resolve.py) and clearing staged calls
+(test_staging_clear.py) run here unchanged, with
 `store` a cluster store reached through one seed node (all but what is
 refused before Redis is reached). Then what only a
 cluster has: rollouts spread over every primary, listing and sweeping all of
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.sources import test_committed_entries, test_store_semantics
+from tests.service.sources import test_committed_entries, test_staging_clear, test_store_semantics
 from tests.service.store_server import test_resolve
 from tests.support.captures import make_entry
 from tests.support.redis_cluster import RedisCluster, needs_redis_server
@@ -68,6 +69,19 @@ _adopt(
         }
     ),
 )
+# Clearing staged calls one by one (one script over the rollout's slot); not the file store's.
+_adopt(
+    test_staging_clear,
+    skip=frozenset(
+        {
+            "test_clear_refuses_an_invalid_call_id",
+            "test_file_clear_removes_the_tokens_from_disk",
+            "test_file_clear_is_seen_by_another_process",
+            "test_a_clear_killed_before_its_rename_leaves_the_file_whole",
+        }
+    ),
+)
+chat = test_staging_clear.chat
 transport = test_resolve.transport
 new_resolver = test_resolve.new_resolver
 resolver = test_resolve.resolver

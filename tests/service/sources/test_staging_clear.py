@@ -7,12 +7,15 @@ a tombstone so that write-once holds across it.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.staging_stores import Conversation
+from tests.support.stores import sweep
 from token_finalizer import FileTokenStore
 from token_finalizer.core.errors import CaptureConflict, CaptureFrozen
 from token_finalizer.core.staging import CustodyRefusal
@@ -173,3 +176,31 @@ async def test_file_clear_is_seen_by_another_process(tmp_path: Path, chat: Conve
         await second.stage(chat.records[0], _ATTACHMENT)
     await first.close()
     await second.close()
+
+
+async def test_a_clear_killed_before_its_rename_leaves_the_file_whole(
+    tmp_path: Path, chat: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed mid-clear: every call is still staged; the sweep removes the temp file."""
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*args: object) -> None:
+        raise Killed
+
+    store = FileTokenStore(tmp_path)
+    await _write(store, chat)
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", killed)
+        # What a SIGKILL leaves: the `finally` that would unlink the temp never runs.
+        patch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
+        with pytest.raises(Killed):
+            await store.clear_staged(RID, ["c1"])
+    assert None not in await store.fetch_staged(RID, ["c1", "c2", "c3"])
+    (temp,) = tmp_path.glob(".*.tmp")
+    then = time.time() - 120
+    os.utime(temp, (then, then))
+    report = await sweep(store, retired_older_than=3600.0)
+    assert [leftover.name for leftover in report.leftovers] == [temp.name]
+    await store.close()
