@@ -464,8 +464,10 @@ def staged_capture(lines: StagedLines, rollout_id: str) -> StagedCapture:
     return StagedCapture(manifest=lines.manifest, snapshots=tuple(snapshots), extras=extras)
 
 
-def staging_report(rows: Iterable[Mapping[str, Any]], staged_ids: Iterable[str]) -> StagingReport:
-    """What `store inspect` shows of a staging rollout's rows and staged calls."""
+def staging_report(
+    rows: Iterable[Mapping[str, Any]], staged_ids: Iterable[str], cleared: int = 0
+) -> StagingReport:
+    """What `store inspect` shows of a staging rollout's rows, staged and cleared calls."""
     records: list[str] = []
     failures: list[tuple[str, str]] = []
     count = 0
@@ -484,4 +486,5 @@ def staging_report(rows: Iterable[Mapping[str, Any]], staged_ids: Iterable[str])
         failures=tuple(failures),
         staged=len(staged),
         orphans=tuple(call for call in staged if call not in committed),
+        cleared=cleared,
     )

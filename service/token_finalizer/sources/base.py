@@ -166,7 +166,8 @@ class StagingReport:
 
     `records` are the committed calls (ledger order), `failures` the failure
     rows as (call id, reason), `staged` the number of staged calls, `orphans`
-    the staged calls no committed row names (a lost acknowledgement).
+    the staged calls no committed row names (a lost acknowledgement),
+    `cleared` the number of staged calls a clear deleted.
     """
 
     ledger_rows: int
@@ -174,6 +175,7 @@ class StagingReport:
     failures: tuple[tuple[str, str], ...]
     staged: int
     orphans: tuple[str, ...]
+    cleared: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -182,6 +184,7 @@ class StagingReport:
             "failures": [{"model_call_id": call, "reason": why} for call, why in self.failures],
             "staged_calls": self.staged,
             "orphans": list(self.orphans),
+            "cleared_calls": self.cleared,
         }
 
 

@@ -106,7 +106,7 @@ class RolloutStaging:
 
     def report(self) -> StagingReport:
         """What `store inspect` shows."""
-        return staging_report(self.ledger.rows, self.calls)
+        return staging_report(self.ledger.rows, self.calls, len(self.cleared))
 
 
 class StagingRollout(Protocol):

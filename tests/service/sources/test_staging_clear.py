@@ -85,6 +85,14 @@ async def test_clear_is_idempotent(store: Any, chat: Conversation) -> None:
     assert await store.clear_staged(RID, []) == 0
 
 
+async def test_inspect_counts_the_cleared_calls(store: Any, chat: Conversation) -> None:
+    """`store inspect` shows two staged calls left and one cleared; the rows are all there."""
+    await _write(store, chat)
+    await store.clear_staged(RID, ["c2"])
+    staging = (await store.admin.inspect(RID)).to_dict()["staging"]
+    assert (staging["ledger_rows"], staging["staged_calls"], staging["cleared_calls"]) == (3, 2, 1)
+
+
 async def test_clear_of_an_unknown_rollout_creates_nothing(store: Any) -> None:
     """A clear of a rollout the store never saw counts nothing and leaves no trace."""
     assert await store.clear_staged("rollout-unknown", ["c1"]) == 0

@@ -232,6 +232,7 @@ async def test_inspect_shows_rows_failures_staged_calls_and_orphans(
         "failures": [{"model_call_id": "c3", "reason": "invalid_worker_commit_coordinates"}],
         "staged_calls": 3,
         "orphans": ["c3"],
+        "cleared_calls": 0,
     }
     assert (report["state"], report["version"]) == ("open", 6)
 

@@ -466,7 +466,7 @@ class FileStaging:
     def report(self, files: CaptureFiles, rollout_id: str) -> StagingReport:
         """What `store inspect` shows (lock held)."""
         current = self._current(files, rollout_id)
-        return staging_report(current.ledger.rows, current.staged)
+        return staging_report(current.ledger.rows, current.staged, len(current.cleared))
 
     def state_of(self, files: CaptureFiles, state: CaptureState, rollout_id: str) -> CaptureState:
         """`state` with the version an open staging rollout has (lock held)."""

@@ -309,10 +309,10 @@ class RedisStaging:
 
     async def report(self, rollout_id: str) -> StagingReport | None:
         """What `store inspect` shows; None when the rollout holds no staging."""
-        raw_rows, staged = await self._redis.run(
+        raw_rows, staged, cleared = await self._redis.run(
             "ledger_rows", rollout_id, ("inspect",), "ledger rows"
         )
-        if not raw_rows and not staged:
+        if not raw_rows and not staged and not cleared:
             return None
         rows = self._rows(raw_rows, rollout_id)
-        return staging_report(rows, sorted(map(text, staged)))
+        return staging_report(rows, sorted(map(text, staged)), int(cleared))
