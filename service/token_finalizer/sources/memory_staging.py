@@ -224,8 +224,6 @@ class MemoryStaging:
             stored = calls.get(call_id)
             if stored is not None and (stored.base, stored.rest) == (base, rest):
                 return False
-            if call_id in rollout.staging.cleared:
-                raise cleared_conflict(rollout_id, call_id)
             ancestors: list[StagedCallBaseSnapshot] = []
             if record.parent_call_id is not None:
 
@@ -235,6 +233,8 @@ class MemoryStaging:
 
                 ancestors = staged_ancestors(record.parent_call_id, lookup, len(calls))
             check_custody(record, ancestors)
+            if call_id in rollout.staging.cleared:
+                raise cleared_conflict(rollout_id, call_id)
             if stored is not None:
                 raise CaptureConflict(
                     f"call {call_id} of rollout {rollout_id} was already staged "

@@ -107,6 +107,17 @@ async def test_a_cleared_call_cannot_be_staged_again(store: Any, chat: Conversat
         await store.stage(chat.records[2], _ATTACHMENT)
 
 
+async def test_a_cleared_call_on_a_cleared_parent_fails_custody_first(
+    store: Any, chat: Conversation
+) -> None:
+    """As for any other payload, the custody checks come before the write-once refusal."""
+    await _write(store, chat)
+    await store.clear_staged(RID, ["c2", "c3"])
+    with pytest.raises(CustodyRefusal) as refused:
+        await store.stage(chat.records[2], _ATTACHMENT)
+    assert refused.value.check == "parent_not_staged"
+
+
 async def test_a_child_of_a_cleared_call_fails_custody(store: Any, chat: Conversation) -> None:
     """A call staged on a parent that was cleared is refused: its parent is no longer staged."""
     await _write(store, chat)

@@ -310,9 +310,9 @@ class FileStaging:
                     lambda ancestor: self._snapshot(files, current, ancestor),
                     len(current.staged),
                 )
+            check_custody(record, ancestors)
             if call_id in current.cleared:
                 raise cleared_conflict(rollout_id, call_id)
-            check_custody(record, ancestors)
             if slot is not None:
                 raise CaptureConflict(
                     f"call {call_id} of rollout {rollout_id} was already staged "
