@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.metrics import MetricWrapperBase
 
 from tests.support.asgi import in_process
 from token_finalizer._constants import DEFAULT_MASK_FRACTION_MIN_SAMPLES, DEFAULT_MEMORY_HIGH_WATER
 from token_finalizer.api import create_app
+from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import settings_from_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,22 +37,31 @@ ALERTS_TEST = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "token-finalizer.json"
 OPERATIONS = ROOT / "docs" / "operations.md"
 
+# A family: its type and its label names.
+Family = tuple[str, frozenset[str]]
+
 # The store server's families as c9a78ad documents them (docs/store-protocol.md
 # "### Metrics"), kept here until that table is on this branch: `_store_families`
 # reads the table instead as soon as it is there.
-STORE_FAMILIES = {
-    "token_finalizer_store_requests_total": "counter",
-    "token_finalizer_store_request_seconds": "histogram",
-    "token_finalizer_store_entries_stored_total": "counter",
-    "token_finalizer_store_stored_bytes_total": "counter",
-    "token_finalizer_store_full_refusals_total": "counter",
-    "token_finalizer_store_memory_used_bytes": "gauge",
-    "token_finalizer_store_memory_max_bytes": "gauge",
-    "token_finalizer_store_evicted_keys": "gauge",
-    "token_finalizer_store_healthy": "gauge",
-    "token_finalizer_store_shard_writable": "gauge",
+STORE_FAMILIES: dict[str, Family] = {
+    "token_finalizer_store_requests_total": ("counter", frozenset({"route", "role", "status"})),
+    "token_finalizer_store_request_seconds": ("histogram", frozenset({"route"})),
+    "token_finalizer_store_entries_stored_total": ("counter", frozenset({"route"})),
+    "token_finalizer_store_stored_bytes_total": ("counter", frozenset({"route"})),
+    "token_finalizer_store_full_refusals_total": ("counter", frozenset({"route"})),
+    "token_finalizer_store_memory_used_bytes": ("gauge", frozenset()),
+    "token_finalizer_store_memory_max_bytes": ("gauge", frozenset()),
+    "token_finalizer_store_evicted_keys": ("gauge", frozenset()),
+    "token_finalizer_store_healthy": ("gauge", frozenset()),
+    "token_finalizer_store_shard_writable": ("gauge", frozenset({"node"})),
 }
-_STORE_TABLE_ROW = re.compile(r"^\| `(token_finalizer_store_\w+)`( \(histogram\))?", re.MULTILINE)
+# `| \`name\` (histogram) | \`label\`, \`label\` = \`value\`, \`value\` |`: labels come before
+# the first `=`, values after it.
+_STORE_TABLE_ROW = re.compile(
+    r"^\| `(token_finalizer_store_\w+)`( \(histogram\))?[^|]* \| ([^|]*) \|", re.MULTILINE
+)
+# Labels Prometheus adds to every scraped series.
+_TARGET_LABELS = frozenset({"job", "instance"})
 _TYPE_LINE = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
 _HISTOGRAM_SERIES = ("_bucket", "_count", "_sum")
 
@@ -116,18 +127,25 @@ def _dashboard_expressions() -> dict[str, str]:
     return found
 
 
-def _all_series(families: dict[str, str]) -> set[str]:
-    """The series names a scrape of these families can carry (histograms as their three)."""
-    names = set()
-    for family, kind in families.items():
+def _series(families: dict[str, Family]) -> dict[str, frozenset[str]]:
+    """The series names a scrape of these families carries (histograms as their three), with
+    the labels each can have (the server's, `le` on buckets, and the target's)."""
+    series = {}
+    for family, (kind, labels) in families.items():
         if kind == "histogram":
-            names |= {family + suffix for suffix in _HISTOGRAM_SERIES}
+            series[family + "_bucket"] = labels | {"le"} | _TARGET_LABELS
+            series[family + "_count"] = series[family + "_sum"] = labels | _TARGET_LABELS
         else:
-            names.add(family)
-    return names
+            series[family] = labels | _TARGET_LABELS
+    return series
 
 
-def _store_families() -> dict[str, str]:
+def _documented_labels(cell: str) -> frozenset[str]:
+    before_values = cell.split("=", 1)[0]
+    return frozenset(re.findall(r"`(\w+)`", before_values))
+
+
+def _store_families() -> dict[str, Family]:
     """The store server's families: docs/store-protocol.md's metrics table, once it has one.
 
     Until the store's /metrics is merged here, the table c9a78ad documented
@@ -138,20 +156,35 @@ def _store_families() -> dict[str, str]:
         return STORE_FAMILIES
     table = text.split("\n### Metrics\n", 1)[1].split("\n### ", 1)[0]
     return {
-        name: "histogram" if histogram else "counter or gauge"
-        for name, histogram in _STORE_TABLE_ROW.findall(table)
+        name: ("histogram" if histogram else "counter or gauge", _documented_labels(cell))
+        for name, histogram, cell in _STORE_TABLE_ROW.findall(table)
     }
 
 
 @pytest.fixture(scope="module")
-def finalizer_families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The families (name: type) of the finalizer's live /metrics."""
+def finalizer_families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Family]:
+    """The families of the finalizer's live /metrics, with the labels its metrics declare."""
     capture = tmp_path_factory.mktemp("capture")
     settings = settings_from_mapping({"sources": {"local": {"kind": "file", "dir": str(capture)}}})
     with in_process(create_app(settings)) as client:
         answer = client.get("/metrics")
     assert answer.status_code == 200
-    return dict(_TYPE_LINE.findall(answer.text))
+    # Label names are only in the text once a series exists: read them where they are declared.
+    declared = {
+        metric._name + ("_total" if metric._type == "counter" else ""): metric._labelnames
+        for metric in vars(ServiceMetrics()).values()
+        if isinstance(metric, MetricWrapperBase)
+    }
+    return {
+        name: (kind, frozenset(declared.get(name, ())))
+        for name, kind in _TYPE_LINE.findall(answer.text)
+    }
+
+
+def _used_series() -> dict[str, str]:
+    """Every expression of the rules and the dashboard, by where it is."""
+    used = {f"alert {rule['alert']}": rule["expr"] for rule in _rules()}
+    return used | _dashboard_expressions()
 
 
 @pytest.fixture(scope="module")
@@ -202,12 +235,11 @@ def test_metric_names_finds_the_selected_metrics_only() -> None:
 
 
 def test_every_metric_the_rules_and_the_dashboard_use_is_exported(
-    finalizer_families: dict[str, str],
+    finalizer_families: dict[str, Family],
 ) -> None:
     """Every metric name in alerts.yml and the dashboard is a series one of the servers exports."""
-    exported = _all_series(finalizer_families) | _all_series(_store_families())
-    used = {f"alert {rule['alert']}": rule["expr"] for rule in _rules()}
-    used |= _dashboard_expressions()
+    exported = set(_series(finalizer_families)) | set(_series(_store_families()))
+    used = _used_series()
     unknown = {
         where: sorted(metric_names(expr) - exported)
         for where, expr in used.items()
@@ -215,6 +247,41 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_exported(
     }
     assert unknown == {}
     assert all(metric_names(expr) for expr in used.values())
+
+
+_SELECTOR = re.compile(r"([a-zA-Z_:][\w:]*)\s*\{([^}]*)\}")
+_MATCHER_LABEL = re.compile(r"(\w+)\s*(?:=~|!~|!=|=)")
+_LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+
+
+def test_every_label_the_rules_and_the_dashboard_use_is_exported(
+    finalizer_families: dict[str, Family],
+) -> None:
+    """Each label matched or grouped on is one the selected series carries (or a target label)."""
+    series = _series(finalizer_families) | _series(_store_families())
+    any_label = frozenset().union(*series.values())
+    wrong = []
+    for where, expr in _used_series().items():
+        for name, matchers in _SELECTOR.findall(expr):
+            unknown = set(_MATCHER_LABEL.findall(matchers)) - series[name]
+            wrong += [f"{where}: {name} has no label {label}" for label in sorted(unknown)]
+        for labels in _LABEL_LIST.findall(expr):
+            listed = {label.strip() for label in labels.split(",") if label.strip()}
+            wrong += [f"{where}: no series has label {label}" for label in listed - any_label]
+    assert wrong == []
+
+
+def test_alert_unit_tests_feed_series_shaped_like_the_servers(
+    finalizer_families: dict[str, Family],
+) -> None:
+    """Each input series of alerts_test.yml has exactly its family's labels, plus the target's."""
+    series = _series(finalizer_families) | _series(_store_families())
+    for case in yaml.safe_load(ALERTS_TEST.read_text())["tests"]:
+        for given in case["input_series"]:
+            match = re.fullmatch(r"(\w+)\{(.*)\}", given["series"])
+            assert match is not None, given["series"]
+            labels = set(re.findall(r"(\w+)=", match.group(2)))
+            assert labels == series[match.group(1)], given["series"]
 
 
 def test_every_alert_has_a_case_that_fires_and_one_that_does_not() -> None:
