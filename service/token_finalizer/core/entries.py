@@ -76,7 +76,9 @@ def _token_ids(name: str, value: object, call_id: str, *, parsed: bool) -> np.nd
         raise TokenEntryError(f"{name} must be a flat list of integers") from None
 
 
-def _log_probs(value: object) -> np.ndarray:
+def _log_probs(value: object, *, parsed: bool = False) -> np.ndarray:
+    if parsed and isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == 1:
+        return value if len(value) else _EMPTY_LOGPROBS  # a packed record's, read by numpy
     if not isinstance(value, list):
         raise TokenEntryError(
             f"generation_log_probs must be a list of numbers, got {type(value).__name__}"
@@ -154,7 +156,7 @@ class TokenEntry:
             _token_ids(key, data.get(key, []), model_call_id, parsed=parsed)
             for key in ("prompt_token_ids", "generation_token_ids")
         )
-        log_probs = _log_probs(data.get("generation_log_probs", []))
+        log_probs = _log_probs(data.get("generation_log_probs", []), parsed=parsed)
         if len(log_probs) != len(generation):
             raise TokenEntryError(
                 f"generation_log_probs has {len(log_probs)} values for "
@@ -206,6 +208,25 @@ class TokenEntry:
             data = loads_with_token_arrays(line, prompts=prompts)
         except ValueError as exc:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
+        return cls._validated(data, parsed=True)
+
+    @classmethod
+    def from_stored_parts(
+        cls, skeleton: bytes, prompt: np.ndarray, generation: np.ndarray, log_probs: np.ndarray
+    ) -> TokenEntry:
+        """The entry of a packed record (docs/store-protocol.md#packed-at-rest): its line's
+        text with the token arrays empty, and those arrays (ids in the core's dtype, log
+        probs float64) as decoded from the record: the same entry as `from_json` of the
+        line, without writing or parsing the arrays' text."""
+        try:
+            data = loads_with_token_arrays(skeleton)
+        except ValueError as exc:
+            raise TokenEntryError(f"not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise TokenEntryError(f"a TokenEntry must be a JSON object, got {type(data).__name__}")
+        data["prompt_token_ids"] = prompt
+        data["generation_token_ids"] = generation
+        data["generation_log_probs"] = log_probs
         return cls._validated(data, parsed=True)
 
     def to_dict(self, *, as_lists: bool = True) -> dict[str, Any]:

@@ -23,6 +23,7 @@ STORE_FEATURES: tuple[str, ...] = (
     "packed_freeze",  # POST .../freeze?columns=packed (staged snapshots' columns)
     "packed_stage",  # PUT .../staged/{id} with the token columns in "columns"
     "delta_put",  # a put naming its prompt's prefix by its parent (#delta-put)
+    "compact_freeze",  # POST .../freeze?entries=compact: entries as stored (#compact-freeze)
 )
 
 
