@@ -20,7 +20,7 @@ from token_finalizer._constants import (
     TOKEN_ENTRY_MIN_SCHEMA_VERSION,
     TOKEN_ENTRY_SCHEMA_VERSION,
 )
-from token_finalizer.core.codec import PromptReuse, loads_with_token_arrays
+from token_finalizer.core.codec import PromptReuse, loads_json, loads_with_token_arrays
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError, TokenIdOutOfRange
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_fields import Lineage, parse_lineage
@@ -54,6 +54,8 @@ _KNOWN_FIELDS = frozenset(
     }
 )
 _EMPTY_LOGPROBS = np.empty(0, dtype=np.float64)
+# The keys of the id arrays the codec lifts out of a line (core/codec.py).
+_TOKEN_KEYS = (b'"prompt_token_ids":[', b'"generation_token_ids":[')
 
 
 def _token_ids(name: str, value: object, call_id: str, *, parsed: bool) -> np.ndarray:
@@ -219,7 +221,10 @@ class TokenEntry:
         probs float64) as decoded from the record: the same entry as `from_json` of the
         line, without writing or parsing the arrays' text."""
         try:
-            data = loads_with_token_arrays(skeleton)
+            # Only the three arrays cut out hold token keys: the rest parses as it would
+            # in the line (a token key nested deeper takes the line's own parse).
+            nested = skeleton.count(_TOKEN_KEYS[0]) + skeleton.count(_TOKEN_KEYS[1]) != 2
+            data = loads_with_token_arrays(skeleton) if nested else loads_json(skeleton)
         except ValueError as exc:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
         if not isinstance(data, dict):

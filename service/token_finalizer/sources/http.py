@@ -36,6 +36,7 @@ import numpy as np
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
+    HTTP_COMPACT_PARSE_IN_THREAD_MIN_BYTES,
     HTTP_DEADLINE_TIMEOUTS,
     HTTP_MAX_ANSWER_BYTES,
     HTTP_MAX_CONNECTIONS,
@@ -358,9 +359,15 @@ class HttpTokenSource:
             self._capabilities.forget()
             again = await self._freeze_params()
             if again != params:
-                answer = await self._within_deadline("POST", path, what, params=again or None)
+                params = again
+                answer = await self._within_deadline("POST", path, what, params=params or None)
         self._check_status(answer, f"freeze of rollout {rollout_id}")
-        if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
+        # A compact answer is dense: read in a thread from a smaller size.
+        compact = "entries" in params
+        large = (
+            HTTP_COMPACT_PARSE_IN_THREAD_MIN_BYTES if compact else HTTP_PARSE_IN_THREAD_MIN_BYTES
+        )
+        if answer.compressed or len(answer.raw) >= large:
             # Decoding and parsing a large snapshot would stall the event loop (and
             # a compressed body is small on the wire whatever its decoded size).
             return await asyncio.to_thread(self._snapshot, answer, rollout_id)
