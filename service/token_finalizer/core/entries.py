@@ -20,7 +20,12 @@ from token_finalizer._constants import (
     TOKEN_ENTRY_MIN_SCHEMA_VERSION,
     TOKEN_ENTRY_SCHEMA_VERSION,
 )
-from token_finalizer.core.codec import PromptReuse, loads_json, loads_with_token_arrays
+from token_finalizer.core.codec import (
+    PromptReuse,
+    loads_exact_json,
+    loads_json,
+    loads_with_token_arrays,
+)
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError, TokenIdOutOfRange
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_fields import Lineage, parse_lineage
@@ -214,17 +219,32 @@ class TokenEntry:
 
     @classmethod
     def from_stored_parts(
-        cls, skeleton: bytes, prompt: np.ndarray, generation: np.ndarray, log_probs: np.ndarray
+        cls,
+        skeleton: bytes,
+        prompt: np.ndarray,
+        generation: np.ndarray,
+        log_probs: np.ndarray,
+        *,
+        in_snapshot: bool = False,
     ) -> TokenEntry:
         """The entry of a packed record (docs/store-protocol.md#packed-at-rest): its line's
         text with the token arrays empty, and those arrays (ids in the core's dtype, log
         probs float64) as decoded from the record: the same entry as `from_json` of the
-        line, without writing or parsing the arrays' text."""
+        line, without writing or parsing the arrays' text.
+
+        A token key nested deeper in the line (an output item's `prompt_token_ids`)
+        is parsed as the line's own parse would: `from_json` lifts what `entries`
+        objects hold; `in_snapshot`: as a whole snapshot's parse does (the http
+        source's freeze answer), which then reads every array as a list.
+        """
         try:
-            # Only the three arrays cut out hold token keys: the rest parses as it would
-            # in the line (a token key nested deeper takes the line's own parse).
             nested = skeleton.count(_TOKEN_KEYS[0]) + skeleton.count(_TOKEN_KEYS[1]) != 2
-            data = loads_with_token_arrays(skeleton) if nested else loads_json(skeleton)
+            if not nested:
+                data = loads_json(skeleton)
+            elif in_snapshot:
+                data = loads_exact_json(skeleton, allow_non_finite=True)
+            else:
+                data = loads_with_token_arrays(skeleton)
         except ValueError as exc:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
         if not isinstance(data, dict):

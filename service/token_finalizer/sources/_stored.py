@@ -29,10 +29,13 @@ __all__ = ["StoredEntries", "stored_entries"]
 class StoredEntries:
     """Reads one rollout's stored values into entries, fed in put order."""
 
-    __slots__ = ("_ids", "_prompts")
+    __slots__ = ("_ids", "_in_snapshot", "_prompts")
 
-    def __init__(self) -> None:
+    def __init__(self, *, in_snapshot: bool = False) -> None:
+        """`in_snapshot`: the records came in a freeze answer, whose plain form the http
+        source parses as one document (`TokenEntry.from_stored_parts`)."""
         self._ids = RolloutIds()
+        self._in_snapshot = in_snapshot
         self._prompts = PromptReuse()  # plain lines: each prompt parsed by its new tail
 
     def record(self, record: bytes) -> TokenEntry:
@@ -40,7 +43,11 @@ class StoredEntries:
         to a call not fed before it)."""
         parts = self._ids.read(record)
         return TokenEntry.from_stored_parts(
-            parts.skeleton, parts.prompt, parts.generation, parts.log_probs
+            parts.skeleton,
+            parts.prompt,
+            parts.generation,
+            parts.log_probs,
+            in_snapshot=self._in_snapshot,
         )
 
     def line(self, line: bytes) -> TokenEntry:

@@ -437,7 +437,7 @@ class HttpTokenSource:
         """The entries of a compact freeze answer (docs/store-protocol.md#compact-freeze):
         a string is a packed record in base64, read with the ids of the entries before it;
         an object a plain entry."""
-        reader = StoredEntries()
+        reader = StoredEntries(in_snapshot=True)
         parsed: list[TokenEntry] = []
         for index, entry in enumerate(entries):
             if not isinstance(entry, str):

@@ -37,16 +37,22 @@ pytestmark = pytest.mark.anyio
 
 KINDS = ("memory", "file", "redis")
 URL = "http://capture-store.test"
-_ARRAYS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+def _comparable(value: Any) -> Any:
+    """`value` with every numpy array (at any depth) as (dtype, bit pattern): NaNs compare."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, np.ascontiguousarray(value).tobytes())
+    if isinstance(value, dict):
+        return {key: _comparable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [type(value).__name__, *map(_comparable, value)]
+    return value
 
 
 def _fields(entry: TokenEntry) -> dict[str, Any]:
-    """Every field of an entry, arrays as (dtype, bit pattern) so NaNs compare too."""
-    fields = {f.name: getattr(entry, f.name) for f in dataclasses.fields(entry)}
-    for name in _ARRAYS:
-        array = fields[name]
-        fields[name] = (array.dtype.str, np.ascontiguousarray(array).tobytes())
-    return fields
+    """Every field of an entry, comparable."""
+    return {f.name: _comparable(getattr(entry, f.name)) for f in dataclasses.fields(entry)}
 
 
 def assert_same_snapshot(compact: Snapshot, plain: Snapshot) -> None:
@@ -94,11 +100,21 @@ def _wide_sibling() -> list[dict[str, Any]]:
     return entries
 
 
+def _nested_token_keys() -> list[dict[str, Any]]:
+    """Entries whose other fields hold token keys too (an output item, an `entries` list)."""
+    entries = _chain(3)
+    item = {"type": "message", "prompt_token_ids": [1, 2], "generation_token_ids": [3]}
+    entries[1] = dict(entries[1], output_items=[item])
+    entries[2] = dict(entries[2], entries=[{"prompt_token_ids": [4, 5]}])
+    return entries
+
+
 SHAPES: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "full-chain": lambda: _chain(8),
     "gym-delta": lambda: _gym_delta(6),
     "every-shape": _shapes,
     "wide-sibling": _wide_sibling,
+    "nested-token-keys": _nested_token_keys,
 }
 
 
