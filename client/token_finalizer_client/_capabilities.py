@@ -36,6 +36,7 @@ from token_finalizer_client._json import loads
 
 __all__ = [
     "CAPABILITIES_PATH",
+    "COMPACT_FREEZE",
     "COMPACT_RESOLVE",
     "KNOWN_PREFIX",
     "PACKED_FREEZE",
@@ -56,6 +57,7 @@ PROTOCOL_VERSION = 1
 COMPACT_RESOLVE = "compact_resolve"  # lineage/resolve?tokens=compact
 KNOWN_PREFIX = "known_prefix"  # a resolve's "known": only the ids after it
 PACKED_FREEZE = "packed_freeze"  # freeze?columns=packed
+COMPACT_FREEZE = "compact_freeze"  # freeze?entries=compact: entries as stored
 PACKED_STAGE = "packed_stage"  # a stage body's token columns in "columns"
 STAGED_CLEAR = "staged_clear"  # POST .../staged/clear: delete named staged calls
 # An answer to a request that used an extension after which the store is asked again.

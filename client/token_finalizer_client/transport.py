@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from token_finalizer_client._capabilities import (
     CAPABILITIES_PATH,
+    COMPACT_FREEZE,
     COMPACT_RESOLVE,
     KNOWN_PREFIX,
     PACKED_FREEZE,
@@ -37,6 +38,7 @@ from token_finalizer_client._store_connection import StoreConnection, StoreEndpo
 
 __all__ = [
     "CAPABILITIES_PATH",
+    "COMPACT_FREEZE",
     "COMPACT_RESOLVE",
     "KNOWN_PREFIX",
     "PACKED_FREEZE",

@@ -153,6 +153,10 @@ HTTP_DEADLINE_TIMEOUTS = 3
 # Freeze answers of at least this size (and every zstd one) are decoded and
 # parsed in a worker thread: the 5M-token snapshot takes about 0.2 s.
 HTTP_PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
+# A compact freeze answer (packed records, docs/store-protocol.md#compact-freeze) is
+# dense: at least this many bytes of it (about 20 calls of 500 new tokens; some 2 ms
+# of reading) are read in a worker thread.
+HTTP_COMPACT_PARSE_IN_THREAD_MIN_BYTES = 64 * 1024
 # Packed entries stored in at least this many bytes are expanded into their lines in a
 # worker thread (they expand to several times as much; docs/store-protocol.md#packed-at-rest).
 EXPAND_IN_THREAD_MIN_BYTES = 256 * 1024

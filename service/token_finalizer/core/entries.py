@@ -20,7 +20,12 @@ from token_finalizer._constants import (
     TOKEN_ENTRY_MIN_SCHEMA_VERSION,
     TOKEN_ENTRY_SCHEMA_VERSION,
 )
-from token_finalizer.core.codec import PromptReuse, loads_with_token_arrays
+from token_finalizer.core.codec import (
+    PromptReuse,
+    loads_exact_json,
+    loads_json,
+    loads_with_token_arrays,
+)
 from token_finalizer.core.errors import InvalidRolloutId, TokenEntryError, TokenIdOutOfRange
 from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_fields import Lineage, parse_lineage
@@ -54,6 +59,8 @@ _KNOWN_FIELDS = frozenset(
     }
 )
 _EMPTY_LOGPROBS = np.empty(0, dtype=np.float64)
+# The keys of the id arrays the codec lifts out of a line (core/codec.py).
+_TOKEN_KEYS = (b'"prompt_token_ids":[', b'"generation_token_ids":[')
 
 
 def _token_ids(name: str, value: object, call_id: str, *, parsed: bool) -> np.ndarray:
@@ -76,7 +83,9 @@ def _token_ids(name: str, value: object, call_id: str, *, parsed: bool) -> np.nd
         raise TokenEntryError(f"{name} must be a flat list of integers") from None
 
 
-def _log_probs(value: object) -> np.ndarray:
+def _log_probs(value: object, *, parsed: bool = False) -> np.ndarray:
+    if parsed and isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == 1:
+        return value if len(value) else _EMPTY_LOGPROBS  # a packed record's, read by numpy
     if not isinstance(value, list):
         raise TokenEntryError(
             f"generation_log_probs must be a list of numbers, got {type(value).__name__}"
@@ -154,7 +163,7 @@ class TokenEntry:
             _token_ids(key, data.get(key, []), model_call_id, parsed=parsed)
             for key in ("prompt_token_ids", "generation_token_ids")
         )
-        log_probs = _log_probs(data.get("generation_log_probs", []))
+        log_probs = _log_probs(data.get("generation_log_probs", []), parsed=parsed)
         if len(log_probs) != len(generation):
             raise TokenEntryError(
                 f"generation_log_probs has {len(log_probs)} values for "
@@ -206,6 +215,43 @@ class TokenEntry:
             data = loads_with_token_arrays(line, prompts=prompts)
         except ValueError as exc:
             raise TokenEntryError(f"not valid JSON: {exc}") from None
+        return cls._validated(data, parsed=True)
+
+    @classmethod
+    def from_stored_parts(
+        cls,
+        skeleton: bytes,
+        prompt: np.ndarray,
+        generation: np.ndarray,
+        log_probs: np.ndarray,
+        *,
+        in_snapshot: bool = False,
+    ) -> TokenEntry:
+        """The entry of a packed record (docs/store-protocol.md#packed-at-rest): its line's
+        text with the token arrays empty, and those arrays (ids in the core's dtype, log
+        probs float64) as decoded from the record: the same entry as `from_json` of the
+        line, without writing or parsing the arrays' text.
+
+        A token key nested deeper in the line (an output item's `prompt_token_ids`)
+        is parsed as the line's own parse would: `from_json` lifts what `entries`
+        objects hold; `in_snapshot`: as a whole snapshot's parse does (the http
+        source's freeze answer), which then reads every array as a list.
+        """
+        try:
+            nested = skeleton.count(_TOKEN_KEYS[0]) + skeleton.count(_TOKEN_KEYS[1]) != 2
+            if not nested:
+                data = loads_json(skeleton)
+            elif in_snapshot:
+                data = loads_exact_json(skeleton, allow_non_finite=True)
+            else:
+                data = loads_with_token_arrays(skeleton)
+        except ValueError as exc:
+            raise TokenEntryError(f"not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise TokenEntryError(f"a TokenEntry must be a JSON object, got {type(data).__name__}")
+        data["prompt_token_ids"] = prompt
+        data["generation_token_ids"] = generation
+        data["generation_log_probs"] = log_probs
         return cls._validated(data, parsed=True)
 
     def to_dict(self, *, as_lists: bool = True) -> dict[str, Any]:

@@ -36,13 +36,14 @@ from token_finalizer.core.codec import dumps_entry_line
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.errors import CaptureCorrupt
 from token_finalizer.core.tape import Tape
-from token_finalizer.core.token_ids import Ids, join_ids, narrowest, same_ids
+from token_finalizer.core.token_ids import NARROW, Ids, join_ids, narrowest, same_ids
 
 __all__ = [
     "FILE_MARKER",
     "PACKED_MAGIC",
     "Packed",
     "RolloutIds",
+    "StoredParts",
     "expand_lines",
     "file_line",
     "from_file_line",
@@ -223,6 +224,18 @@ def pack(
 
 
 @dataclass(frozen=True, slots=True)
+class StoredParts:
+    """A packed record read for a reader: its canonical line's text with the three token
+    arrays left empty (`skeleton`, compact JSON), and those arrays as the line holds them
+    (the whole prompt: a reference's is a view of the tape its base's ids are on)."""
+
+    skeleton: bytes
+    prompt: Ids
+    generation: Ids
+    log_probs: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
 class _Record:
     flags: int
     mode: int
@@ -332,7 +345,9 @@ class RolloutIds:
     def __init__(self) -> None:
         self._calls: dict[str, tuple[Tape, int]] = {}
         self._ends: dict[int, str] = {}  # id(tape) -> the call whose ids end it
-        self._plain: list[bytes] = []  # plain lines not parsed yet
+        # Plain lines not parsed yet, and entries parsed by a reader but not learnt yet:
+        # learnt only when a later record refers to a call they hold.
+        self._plain: list[bytes | TokenEntry] = []
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -359,7 +374,7 @@ class RolloutIds:
     def _parse_plain(self) -> None:
         pending, self._plain = self._plain, []
         for line in pending:
-            self.learn_entry(TokenEntry.from_json(line))
+            self.learn_entry(line if isinstance(line, TokenEntry) else TokenEntry.from_json(line))
 
     def _extend(self, call_id: str, base: str, length: int, parts: Iterable[Ids]) -> None:
         held = self._calls.get(base)
@@ -395,6 +410,11 @@ class RolloutIds:
         tape = Tape(prompt)
         tape.append(entry.generation_token_ids)
         self._settle(entry.model_call_id, tape)
+
+    def learn_later(self, entry: TokenEntry) -> None:
+        """Note a plain entry a reader parsed, learnt only if a later record refers to it
+        (a capture of plain lines alone costs nothing more than its parse)."""
+        self._plain.append(entry)
 
     def learn(self, stored: bytes, entry: TokenEntry | None = None) -> None:
         """Learn the ids of a value just stored (`entry`: its parsed form, if at hand)."""
@@ -445,6 +465,23 @@ class RolloutIds:
             return stored
         record = _parse(stored)
         return _text(record, self._learn_record(record))
+
+    def read(self, record: bytes) -> StoredParts:
+        """A packed record's parts as a reader needs them, learning its call's ids: what
+        its canonical line holds, without writing the line (O(its own ids), the prefix of
+        a reference shared with its base; docs/store-protocol.md#compact-freeze)."""
+        parsed = _parse(record)
+        prompt = self._learn_record(parsed)
+        if prompt.dtype != NARROW:
+            # A tape widens for good once an id needs 64 bits; a line's prompt is u64
+            # only when it holds such an id (core/token_ids.py).
+            prompt = narrowest(prompt)
+        if prompt.flags.writeable:
+            prompt = prompt.view()
+            prompt.flags.writeable = False  # as a parsed line's prompt: a read-only view
+        first, second, third, last = parsed.pieces
+        skeleton = b"[]".join((first, second, third, last))
+        return StoredParts(skeleton, prompt, parsed.generation, parsed.log_probs)
 
 
 def _unknown_base(record: _Record) -> CaptureCorrupt:

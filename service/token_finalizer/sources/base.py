@@ -120,7 +120,10 @@ class StagedLines:
 class FrozenLines:
     """A frozen snapshot as its stored entry lines, unparsed (what the store server sends on).
 
-    A staging rollout has no lines: `staged` holds its manifest and snapshots.
+    `lines` are canonical lines, or, from `freeze_lines(stored=True)`, the values
+    as stored: packed records (`sources/_packed.py`) beside plain lines, in put
+    order (docs/store-protocol.md#compact-freeze). A staging rollout has no
+    lines: `staged` holds its manifest and snapshots.
     """
 
     rollout_id: str
@@ -507,8 +510,9 @@ class CaptureStore(CaptureSource, CaptureSink, StagingStore, Protocol):
         """The operator's view of this store."""
         ...
 
-    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
-        """`freeze`, answering the stored entry lines unparsed (the store server's fast path)."""
+    async def freeze_lines(self, rollout_id: str, *, stored: bool = False) -> FrozenLines:
+        """`freeze`, answering the stored entry lines unparsed (the store server's fast path);
+        with `stored`, the values as stored (packed records unexpanded: the compact freeze)."""
         ...
 
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:

@@ -12,9 +12,12 @@ stands), with this source's own attempt count and delays; each retry is
 logged as one warning naming the method and path (docs/configuration.md#logs).
 
 Beyond plain v1 it asks a freeze's staged columns packed (`?columns=packed`)
-only of a store that advertises `packed_freeze` at `GET /capabilities`, asked
-once per source through the client package's `StoreCapabilities` (the rule
-every client of ours follows; docs/store-protocol.md#extensions-and-capabilities).
+only of a store that advertises `packed_freeze`, and a token rollout's
+entries as stored (`?entries=compact`, packed records read by `_stored`
+without writing their lines: O(context) for a full-prompt rollout) only of one
+that advertises `compact_freeze`, at `GET /capabilities`, asked once per
+source through the client package's `StoreCapabilities` (the rule every client
+of ours follows; docs/store-protocol.md#extensions-and-capabilities).
 
 Every failure is raised as a CaptureError subclass whose message says what
 went wrong and where; the finalize path turns it into a masked build.
@@ -23,6 +26,7 @@ went wrong and where; the finalize path turns it into a masked build.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,6 +36,7 @@ import numpy as np
 
 from token_finalizer._constants import (
     DEFAULT_HTTP_TIMEOUT_S,
+    HTTP_COMPACT_PARSE_IN_THREAD_MIN_BYTES,
     HTTP_DEADLINE_TIMEOUTS,
     HTTP_MAX_ANSWER_BYTES,
     HTTP_MAX_CONNECTIONS,
@@ -50,6 +55,7 @@ from token_finalizer.core.codec import (
 )
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import (
+    CaptureCorrupt,
     CaptureRetired,
     SourceUnavailable,
     StoreUnreachable,
@@ -59,10 +65,13 @@ from token_finalizer.core.identity import check_store_id
 from token_finalizer.core.redaction import redact
 from token_finalizer.sources._encoded_body import IDENTITY, decode_body, encoding_of
 from token_finalizer.sources._http_staged import STAGED_KIND, extras_of, staged_snapshot
+from token_finalizer.sources._packed import is_packed
+from token_finalizer.sources._stored import StoredEntries
 from token_finalizer.sources.base import MemoryHealth, StagedExtras
 from token_finalizer_client.protocol import rollout_path
 from token_finalizer_client.transport import (
     CAPABILITIES_PATH,
+    COMPACT_FREEZE,
     PACKED_FREEZE,
     REFUSED_EXTENSION_STATUSES,
     RETRY_STATUSES,
@@ -74,8 +83,9 @@ from token_finalizer_client.transport import (
 
 __all__ = ["HttpTokenSource"]
 
-# Asked with every freeze of a store advertising packed_freeze (docs/staging.md#packed-columns).
-_PACKED_COLUMNS = {"columns": "packed"}
+# Asked with every freeze of a store advertising the feature: packed_freeze
+# (docs/staging.md#packed-columns), compact_freeze (docs/store-protocol.md#compact-freeze).
+_FREEZE_PARAMS = {PACKED_FREEZE: ("columns", "packed"), COMPACT_FREEZE: ("entries", "compact")}
 # How a store server's freeze answer of a staging rollout starts (after the rollout id).
 _STAGED_HEAD = b'"kind":"staged"'
 _HEAD_BYTES = 512
@@ -140,6 +150,17 @@ def _same_entry(first: TokenEntry, other: TokenEntry) -> bool:
     for name in _TOKEN_ARRAYS:
         del rest[name], other_rest[name]
     return bool(rest == other_rest)
+
+
+def _record_of(entry: str) -> bytes:
+    """A compact freeze answer's packed record, decoded; CaptureCorrupt if it is none."""
+    try:
+        record = base64.b64decode(entry, validate=True)
+    except ValueError as exc:  # binascii.Error, or a string beyond ASCII
+        raise CaptureCorrupt(f"not base64: {exc}") from None
+    if not is_packed(record):
+        raise CaptureCorrupt("not a packed record")
+    return record
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +322,14 @@ class HttpTokenSource:
         """Whether the store advertises `feature` (asked once per source, then kept)."""
         return await self._capabilities.asupports(feature, self._probe_capabilities)
 
+    async def _freeze_params(self) -> dict[str, str]:
+        """The query of a freeze: each freeze extension the store advertises."""
+        params = {}
+        for feature, (name, value) in _FREEZE_PARAMS.items():
+            if await self._supports(feature):
+                params[name] = value
+        return params
+
     # -- TokenSource -----------------------------------------------------------
 
     async def _within_deadline(self, method: str, path: str, what: str, **kwargs: Any) -> _Answer:
@@ -318,19 +347,27 @@ class HttpTokenSource:
         """Freeze the rollout in the remote store and return its snapshot."""
         path = rollout_path(check_store_id(rollout_id), "freeze")
         what = f"freeze of rollout {rollout_id}"
-        # A staging rollout's token columns come packed where the store says it
-        # can: decoded by numpy here, not parsed number by number.
-        packed = await self._supports(PACKED_FREEZE)
-        params = _PACKED_COLUMNS if packed else None
-        answer = await self._within_deadline("POST", path, what, params=params)
-        if packed and answer.status_code in REFUSED_EXTENSION_STATUSES:
-            # Perhaps no longer the store that advertised it: ask again, and freeze
-            # once more in plain v1 if it no longer does (a freeze is idempotent).
+        # A staging rollout's token columns come packed, and a token rollout's
+        # entries as stored, where the store says it can: decoded by numpy here,
+        # not parsed number by number.
+        params = await self._freeze_params()
+        answer = await self._within_deadline("POST", path, what, params=params or None)
+        if params and answer.status_code in REFUSED_EXTENSION_STATUSES:
+            # Perhaps no longer the store that advertised them: ask again, and freeze
+            # once more with what it still advertises if that is less (a freeze is
+            # idempotent).
             self._capabilities.forget()
-            if not await self._supports(PACKED_FREEZE):
-                answer = await self._within_deadline("POST", path, what)
+            again = await self._freeze_params()
+            if again != params:
+                params = again
+                answer = await self._within_deadline("POST", path, what, params=params or None)
         self._check_status(answer, f"freeze of rollout {rollout_id}")
-        if answer.compressed or len(answer.raw) >= HTTP_PARSE_IN_THREAD_MIN_BYTES:
+        # A compact answer is dense: read in a thread from a smaller size.
+        compact = "entries" in params
+        large = (
+            HTTP_COMPACT_PARSE_IN_THREAD_MIN_BYTES if compact else HTTP_PARSE_IN_THREAD_MIN_BYTES
+        )
+        if answer.compressed or len(answer.raw) >= large:
             # Decoding and parsing a large snapshot would stall the event loop (and
             # a compressed body is small on the wire whatever its decoded size).
             return await asyncio.to_thread(self._snapshot, answer, rollout_id)
@@ -383,7 +420,10 @@ class HttpTokenSource:
             where = f"capture store {self.url}: {what}"
             return staged_snapshot(body, rollout_id, snapshot_id, version, where)
         # TokenEntryError (a newer schema, a bad field) propagates as it is.
-        parsed = tuple(TokenEntry.from_dict(entry) for entry in entries)
+        if any(isinstance(entry, str) for entry in entries):
+            parsed = self._stored_entries(entries, what)
+        else:
+            parsed = tuple(TokenEntry.from_dict(entry) for entry in entries)
         self._check_entries(parsed, rollout_id, what)
         return Snapshot(
             rollout_id=rollout_id,
@@ -392,6 +432,25 @@ class HttpTokenSource:
             snapshot_id=snapshot_id,
             version=version,
         )
+
+    def _stored_entries(self, entries: list[Any], what: str) -> tuple[TokenEntry, ...]:
+        """The entries of a compact freeze answer (docs/store-protocol.md#compact-freeze):
+        a string is a packed record in base64, read with the ids of the entries before it;
+        an object a plain entry."""
+        reader = StoredEntries(in_snapshot=True)
+        parsed: list[TokenEntry] = []
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, str):
+                parsed.append(reader.entry(TokenEntry.from_dict(entry)))
+                continue
+            try:
+                parsed.append(reader.record(_record_of(entry)))
+            except CaptureCorrupt as exc:
+                raise SourceUnavailable(
+                    f"capture store {self.url}: {what} holds an unreadable packed entry "
+                    f"(entries[{index}]): {exc}"
+                ) from None
+        return tuple(parsed)
 
     def _check_entries(self, entries: tuple[TokenEntry, ...], rollout_id: str, what: str) -> None:
         strangers = sorted({e.rollout_id for e in entries if e.rollout_id != rollout_id})

@@ -23,12 +23,13 @@ from token_finalizer.core.lineage_chains import ChainCache, ScopedChains, rememb
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE, RolloutLineage
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.token_ids import Ids
-from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
+from token_finalizer.sources._entries import entry_parts, same_payload
 from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._packed import RolloutIds, expand_lines, stored_value
 from token_finalizer.sources._staging import entries_refused
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
+from token_finalizer.sources._stored import stored_entries
 from token_finalizer.sources.base import (
     CaptureReport,
     FrozenLines,
@@ -169,22 +170,23 @@ class MemoryTokenStore(StagingDelegate):
             staged = rollout.staging
             return Snapshot(
                 rollout_id=rollout_id,
-                entries=parse_capture(rollout.entry_lines(), rollout_id, _WHERE),
+                entries=stored_entries(rollout.lines.values(), rollout_id, _WHERE),
                 incomplete=rollout.state.incomplete or bool(rollout.missing_calls()),
                 snapshot_id=str(rollout.state.snapshot_id),
                 version=rollout.state.version,
                 staged=staged.frozen_capture(rollout_id) if staged.holds_any() else None,
             )
 
-    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
-        """`freeze`, answering the stored entry lines (as written by `put`)."""
+    async def freeze_lines(self, rollout_id: str, *, stored: bool = False) -> FrozenLines:
+        """`freeze`, answering the entry lines as written by `put` (`stored`: the values
+        as stored, packed records among them)."""
         with self._lock:
             rollout = self._rollout(rollout_id)
             rollout.state.freeze(rollout_id)
             staged = rollout.staging
             return FrozenLines(
                 rollout_id=rollout_id,
-                lines=rollout.entry_lines(),
+                lines=tuple(rollout.lines.values()) if stored else rollout.entry_lines(),
                 incomplete=rollout.state.incomplete or bool(rollout.missing_calls()),
                 snapshot_id=str(rollout.state.snapshot_id),
                 version=rollout.state.version,
@@ -220,7 +222,7 @@ class MemoryTokenStore(StagingDelegate):
             rollout = self._rollouts.get(rollout_id)
             if rollout is None or rollout.state.retired:
                 return ()
-            return parse_capture(rollout.entry_lines(), rollout_id, _WHERE)
+            return stored_entries(rollout.lines.values(), rollout_id, _WHERE)
 
     def _chains_of(self, rollout: _Rollout) -> ScopedChains:
         return ScopedChains(self._chains, rollout.lineage.scope)

@@ -41,6 +41,7 @@ from token_finalizer.core.staging import (
     StagingRecordError,
     pack_columns,
 )
+from token_finalizer.sources._packed import is_packed
 from token_finalizer.sources.base import (
     CaptureStore,
     FrozenLines,
@@ -58,8 +59,27 @@ __all__ = ["compact_ids", "freeze_answer", "resolve_answer"]
 _U32_LIMIT = 2**32
 
 
-def _lines_answer(frozen: FrozenLines, accept_encoding: str | None) -> Response:
-    """The freeze answer spliced from the stored lines: each already is one TokenEntry's JSON."""
+def _compact_entry(value: bytes) -> bytes:
+    """One stored value in a compact freeze answer: a packed record as a JSON string of its
+    standard base64, a plain line as it is (docs/store-protocol.md#compact-freeze)."""
+    if is_packed(value):
+        return b'"' + base64.b64encode(value) + b'"'
+    return value
+
+
+def _lines_answer(
+    frozen: FrozenLines, accept_encoding: str | None, compact: bool = False
+) -> Response:
+    """The freeze answer spliced from the stored lines: each already is one TokenEntry's JSON
+    (`compact`: the stored values, packed records in base64)."""
+    lines = frozen.lines
+    if compact:
+        stored = [value for value in lines if is_packed(value) or value.strip()]
+        lines = tuple(map(_compact_entry, stored))
+        if all(map(is_packed, stored)):
+            # Records are zstd-compressed already: another pass would cost the store
+            # milliseconds to save little (like compact resolve answers).
+            accept_encoding = None
     head = {"rollout_id": frozen.rollout_id}
     tail = {
         "incomplete": frozen.incomplete,
@@ -70,7 +90,7 @@ def _lines_answer(frozen: FrozenLines, accept_encoding: str | None) -> Response:
         (
             orjson.dumps(head)[:-1],
             b',"entries":[',
-            b",".join(frozen.lines),
+            b",".join(lines),
             b"],",
             orjson.dumps(tail)[1:],
         )
@@ -139,15 +159,18 @@ async def freeze_answer(
     accept_encoding: str | None,
     *,
     packed_columns: bool = False,
+    compact_entries: bool = False,
 ) -> Response:
     """Freeze `rollout_id` in `store` and answer the snapshot (zstd when accepted).
 
     The answer is spliced from the stored lines without parsing them; a large
     one is assembled and compressed in a worker thread. With
     `packed_columns`, a staging rollout's snapshots carry their token
-    columns packed (each stored snapshot parsed once for it).
+    columns packed (each stored snapshot parsed once for it); with
+    `compact_entries`, a token rollout's entries go as stored: packed
+    records unexpanded (docs/store-protocol.md#compact-freeze).
     """
-    frozen = await store.freeze_lines(rollout_id)
+    frozen = await store.freeze_lines(rollout_id, stored=compact_entries)
     staged = frozen.staged
     if staged is not None:
         # A parsed snapshot (the file store's) counts as large: it is encoded here.
@@ -162,8 +185,8 @@ async def freeze_answer(
             )
         return _staged_answer(frozen, staged, accept_encoding, packed_columns)
     if sum(map(len, frozen.lines)) >= STORE_ENCODE_IN_THREAD_MIN_BYTES:
-        return await asyncio.to_thread(_lines_answer, frozen, accept_encoding)
-    return _lines_answer(frozen, accept_encoding)
+        return await asyncio.to_thread(_lines_answer, frozen, accept_encoding, compact_entries)
+    return _lines_answer(frozen, accept_encoding, compact_entries)
 
 
 def compact_ids(ids: npt.NDArray[np.integer[Any]]) -> dict[str, Any]:

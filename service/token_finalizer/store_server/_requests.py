@@ -25,6 +25,7 @@ __all__ = [
     "call_entry",
     "columns_form",
     "drop_target",
+    "entries_form",
     "is_call_path",
     "known_prefix",
     "optional_call_id",
@@ -38,6 +39,8 @@ __all__ = [
 _TOKEN_FORMS = ("plain", "compact")
 # `columns=` of a freeze request: how a staged snapshot's token columns are sent.
 _COLUMN_FORMS = ("plain", "packed")
+# `entries=` of a freeze request: a token rollout's entries as written, or as stored.
+_ENTRY_FORMS = ("plain", "compact")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,14 @@ def columns_form(query_params: Mapping[str, str]) -> bool:
     if form not in _COLUMN_FORMS:
         raise HttpError(422, f"columns must be one of {', '.join(_COLUMN_FORMS)}, got {form!r}")
     return form == "packed"
+
+
+def entries_form(query_params: Mapping[str, str]) -> bool:
+    """Whether a freeze asks for the entries as stored (`entries=compact`; default plain)."""
+    form = query_params.get("entries", "plain")
+    if form not in _ENTRY_FORMS:
+        raise HttpError(422, f"entries must be one of {', '.join(_ENTRY_FORMS)}, got {form!r}")
+    return form == "compact"
 
 
 def token_form(query_params: Mapping[str, str]) -> bool:

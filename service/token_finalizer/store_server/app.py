@@ -37,6 +37,7 @@ from token_finalizer.store_server._requests import (
     call_entry,
     columns_form,
     drop_target,
+    entries_form,
     is_call_path,
     known_prefix,
     optional_call_id,
@@ -211,8 +212,11 @@ def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader)
     async def freeze(rollout_id: str, request: Request) -> Response:
         check_store_id(rollout_id)
         packed = columns_form(request.query_params)
+        compact = entries_form(request.query_params)
         accept_encoding = request.headers.get("accept-encoding")
-        return await freeze_answer(store, rollout_id, accept_encoding, packed_columns=packed)
+        return await freeze_answer(
+            store, rollout_id, accept_encoding, packed_columns=packed, compact_entries=compact
+        )
 
     @app.post(PROTOCOL_PREFIX + "/drop")
     async def drop(rollout_id: str, request: Request) -> Response:

@@ -24,6 +24,7 @@ STORE_FEATURES: tuple[str, ...] = (
     "packed_stage",  # PUT .../staged/{id} with the token columns in "columns"
     "delta_put",  # a put naming its prompt's prefix by its parent (#delta-put)
     "staged_clear",  # POST .../staged/clear: delete named staged calls (docs/staging.md)
+    "compact_freeze",  # POST .../freeze?entries=compact: entries as stored (#compact-freeze)
 )
 
 

@@ -1,4 +1,5 @@
-"""The http source asks `?columns=packed` only of a store advertising `packed_freeze`.
+"""The http source asks a freeze extension (`columns=packed`, `entries=compact`) only of
+a store advertising it.
 
 The store is respx (docs/store-protocol.md#extensions-and-capabilities).
 """
@@ -102,3 +103,42 @@ async def test_a_store_upgraded_later_is_asked_again_after_a_refusal(
     await source.freeze("r1")
     await source.freeze("r1")
     assert _params(freeze) == [{}, {"columns": "packed"}]
+
+
+async def test_compact_freeze_advertised_asks_entries_compact(
+    store: respx.MockRouter, source: HttpTokenSource
+) -> None:
+    """compact_freeze advertised: the freeze asks entries=compact beside columns=packed."""
+    features = ["packed_freeze", "compact_freeze"]
+    store.get("/capabilities").respond(200, json={"protocol": 1, "features": features})
+    freeze = store.post(FREEZE).respond(200, json=snapshot_body())
+    await source.freeze("r1")
+    assert _params(freeze) == [{"columns": "packed", "entries": "compact"}]
+
+
+async def test_a_refused_compact_freeze_freezes_with_what_is_still_advertised(
+    store: respx.MockRouter, source: HttpTokenSource
+) -> None:
+    """A 422 to `entries=compact` from a store now advertising packed_freeze only: the
+    freeze goes again with `columns=packed` alone."""
+    store.get("/capabilities").mock(
+        side_effect=[
+            respx.MockResponse(
+                200, json={"protocol": 1, "features": ["packed_freeze", "compact_freeze"]}
+            ),
+            respx.MockResponse(200, json=ADVERTISED),
+        ]
+    )
+    freeze = store.post(FREEZE).mock(
+        side_effect=lambda request: respx.MockResponse(
+            422 if "entries" in request.url.params else 200,
+            json={"error": "entries: unknown"}
+            if "entries" in request.url.params
+            else snapshot_body(),
+        )
+    )
+    snapshot = await source.freeze("r1")
+    assert (_params(freeze), snapshot.version) == (
+        [{"columns": "packed", "entries": "compact"}, {"columns": "packed"}],
+        3,
+    )

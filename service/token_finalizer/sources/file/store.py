@@ -25,7 +25,7 @@ from token_finalizer.core.lineage_chains import ChainCache
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE
 from token_finalizer.core.lineage_resolution import Resolution, check_resolution_request
 from token_finalizer.core.token_ids import Ids
-from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
+from token_finalizer.sources._entries import entry_parts, same_payload
 from token_finalizer.sources._known import KnownIds
 from token_finalizer.sources._lineage import resolve_query
 from token_finalizer.sources._packed import (
@@ -40,6 +40,7 @@ from token_finalizer.sources._packed import (
 from token_finalizer.sources._staging import entries_refused, staged_capture
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, PutDecision, line_digest
+from token_finalizer.sources._stored import stored_entries
 from token_finalizer.sources.base import FrozenLines, LineageQuery, MemoryHealth, StagedLines
 from token_finalizer.sources.file._capture import CaptureFiles
 from token_finalizer.sources.file._fs import (
@@ -167,13 +168,21 @@ def _read_entries(
     # capture is hundreds of MB, and buffered line reads plus newline
     # stripping would copy every line two more times.
     data = _read_indexed(files, state)
-    return parse_capture(_canonical_lines(data), rollout_id, files.jsonl.name)
+    values = (from_file_line(line) for line in split_lines(data))
+    return stored_entries(values, rollout_id, files.jsonl.name)
 
 
 def _frozen_lines(files: CaptureFiles, state: CaptureState) -> tuple[bytes, ...]:
     # A line stored twice (a relay re-sending it) goes out twice, as a direct
     # freeze reads it: NeMo Gym 0.7 counts both in `n_calls`.
     return _canonical_lines(_read_indexed(files, state))
+
+
+def _frozen_values(files: CaptureFiles, state: CaptureState) -> tuple[bytes, ...]:
+    """The indexed part's stored values (packed records decoded from their lines)."""
+    return tuple(
+        from_file_line(line) for line in split_lines(_read_indexed(files, state)) if line.strip()
+    )
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -385,8 +394,10 @@ class FileTokenStore(StagingDelegate):
             staged=staged,
         )
 
-    def _freeze_lines(self, rollout_id: str) -> FrozenLines:
-        lines, state, incomplete = self._frozen(rollout_id, _frozen_lines)
+    def _freeze_lines(self, rollout_id: str, stored: bool) -> FrozenLines:
+        lines, state, incomplete = self._frozen(
+            rollout_id, _frozen_values if stored else _frozen_lines
+        )
         staged = lines if isinstance(lines, StagedLines) else None
         return FrozenLines(
             rollout_id=rollout_id,
@@ -401,13 +412,14 @@ class FileTokenStore(StagingDelegate):
         """Freeze (idempotent) and read the rollout's immutable snapshot."""
         return await asyncio.to_thread(self._freeze, rollout_id)
 
-    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
-        """`freeze`, returning the entry lines unparsed (the store server's fast path).
+    async def freeze_lines(self, rollout_id: str, *, stored: bool = False) -> FrozenLines:
+        """`freeze`, returning the entry lines unparsed (the store server's fast path);
+        `stored`: the values as stored, packed records decoded from their lines.
 
         A remote freeze must not parse 30 MB of entries only to encode them
         again; the reader validates them anyway.
         """
-        return await asyncio.to_thread(self._freeze_lines, rollout_id)
+        return await asyncio.to_thread(self._freeze_lines, rollout_id, stored)
 
     def _drop(self, rollout_id: str, snapshot_id: str, version: int) -> bool:
         files = self._files(rollout_id)

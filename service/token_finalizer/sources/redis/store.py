@@ -50,7 +50,7 @@ from token_finalizer.core.identity import check_model_call_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.store_urls import check_redis_url
 from token_finalizer.core.token_ids import Ids
-from token_finalizer.sources._entries import entry_parts, parse_capture, same_payload
+from token_finalizer.sources._entries import entry_parts, same_payload
 from token_finalizer.sources._known import KnownIds
 from token_finalizer.sources._lineage import resolve_committed
 from token_finalizer.sources._packed import (
@@ -63,6 +63,7 @@ from token_finalizer.sources._packed import (
 from token_finalizer.sources._staging import entries_refused, staged_capture
 from token_finalizer.sources._staging_delegate import StagingDelegate
 from token_finalizer.sources._state import CaptureState, line_digest
+from token_finalizer.sources._stored import stored_entries
 from token_finalizer.sources.base import FrozenLines, LineageQuery, MemoryHealth
 from token_finalizer.sources.redis._client import RedisConnection, text
 from token_finalizer.sources.redis._lineage import RedisLineage, index_arguments
@@ -125,12 +126,13 @@ def _token_count(entry: object) -> int:
     return STORE_PREPARE_IN_THREAD_MIN_TOKENS  # a model object: prepared in a thread
 
 
-async def _parsed(lines: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
-    """The entries of stored lines; a large capture is parsed in a worker thread."""
+async def _parsed(stored: Sequence[bytes], rollout_id: str) -> tuple[TokenEntry, ...]:
+    """The entries of stored values, read without writing their lines (`_stored`); a large
+    capture in a worker thread."""
     where = f"the capture of rollout {rollout_id}"
-    if sum(map(len, lines)) >= PARSE_IN_THREAD_MIN_BYTES:
-        return await asyncio.to_thread(parse_capture, lines, rollout_id, where)
-    return parse_capture(lines, rollout_id, where)
+    if sum(map(len, stored)) >= PARSE_IN_THREAD_MIN_BYTES:
+        return await asyncio.to_thread(stored_entries, stored, rollout_id, where)
+    return stored_entries(stored, rollout_id, where)
 
 
 async def _expanded(stored: Sequence[bytes]) -> tuple[bytes, ...]:
@@ -345,8 +347,9 @@ class RedisTokenStore(StagingDelegate):
             f"{text(call_id)} without its entry"
         )
 
-    async def freeze_lines(self, rollout_id: str) -> FrozenLines:
-        """`freeze`, returning the entry lines as stored (the store server's fast path)."""
+    async def freeze_lines(self, rollout_id: str, *, stored: bool = False) -> FrozenLines:
+        """`freeze`, returning the entry lines (the store server's fast path); `stored`:
+        the values as stored, packed records among them."""
         reply = await self._redis.run("freeze", rollout_id, (uuid.uuid4().hex,), "freeze")
         status = reply[0]
         if status == b"retired":
@@ -355,8 +358,8 @@ class RedisTokenStore(StagingDelegate):
             raise self._corrupt(rollout_id, reply[1])
         if status != b"ok" or len(reply) != 5:
             raise self._redis.unexpected("freeze", reply)
-        _, snapshot_id, version, incomplete, stored = reply
-        lines = await _expanded(stored)
+        _, snapshot_id, version, incomplete, values = reply
+        lines = tuple(values) if stored else await _expanded(values)
         # A staging rollout has no entries; once frozen nothing changes it, so its
         # ledger and staged calls are read by a second script.
         staged = None if lines else await self._staging.frozen_lines(rollout_id)
@@ -371,7 +374,7 @@ class RedisTokenStore(StagingDelegate):
 
     async def freeze(self, rollout_id: str) -> Snapshot:
         """Freeze (idempotent) and read the rollout's immutable snapshot, in one script."""
-        frozen = await self.freeze_lines(rollout_id)
+        frozen = await self.freeze_lines(rollout_id, stored=True)
         staged = frozen.staged
         return Snapshot(
             rollout_id=rollout_id,
@@ -408,7 +411,7 @@ class RedisTokenStore(StagingDelegate):
             raise self._corrupt(rollout_id, reply[1])
         if reply[0] != b"ok" or len(reply) != 2:
             raise self._redis.unexpected("committed entries", reply)
-        return await _parsed(await _expanded(reply[1]), rollout_id)
+        return await _parsed(reply[1], rollout_id)
 
     async def resolve_lineage(self, rollout_id: str, query: LineageQuery) -> Resolution:
         """Which stored call of the rollout a request continues (read-only), from its
