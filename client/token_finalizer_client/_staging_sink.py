@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from token_finalizer_client._addressing import check_call_id, check_rollout_id, staged_path
+from token_finalizer_client._addressing import check_call_id, check_new_rollout_id, staged_path
 from token_finalizer_client._attachments import encode_attachments
 from token_finalizer_client._blocking_store import BlockingStoreConnection
 from token_finalizer_client._capabilities import PACKED_STAGE, REFUSED_EXTENSION_STATUSES
@@ -65,7 +65,7 @@ def _ids(record: object) -> tuple[str, str]:
         raise TypeError(
             f"record must be a StagedCallRecord or a mapping, got {type(record).__name__}"
         )
-    return check_rollout_id(rollout_id), check_call_id(call_id)
+    return check_new_rollout_id(rollout_id), check_call_id(call_id)
 
 
 def _record_body(record: object, attachments: bytes, *, pack: bool) -> tuple[bytes, bool]:
