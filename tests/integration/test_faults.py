@@ -138,9 +138,14 @@ MASKING_FAULTS: dict[str, tuple[Callable[[], Fault], str]] = {
     "newer schema": (
         lambda: Fault(
             "rewrite",
+            # A compact freeze answers packed records (strings): each becomes an
+            # entry of the newer schema, as a plain entry is stamped with it.
             rewrite=lambda body: {
                 **body,
-                "entries": [{**e, "schema_version": 99} for e in body["entries"]],
+                "entries": [
+                    {**e, "schema_version": 99} if isinstance(e, dict) else {"schema_version": 99}
+                    for e in body["entries"]
+                ],
             },
         ),
         "schema_version 99 is newer",
