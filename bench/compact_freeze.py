@@ -61,7 +61,7 @@ def full_prompt_rollout(rollout_id: str, calls: int) -> list[dict[str, Any]]:
     return stamp_lineage(entries, parents)
 
 
-def _without_compact(app: Any) -> Any:
+def without_compact_freeze(app: Any) -> Any:
     """The store server advertising every feature but compact_freeze (a plain freeze)."""
     body = orjson.dumps(
         {"protocol": 1, "features": [f for f in STORE_FEATURES if f != "compact_freeze"]}
@@ -119,7 +119,7 @@ async def _size(calls: int, rounds: int, redis_store: RedisTokenStore) -> dict[s
     context = len(entries[-1]["prompt_token_ids"]) + len(entries[-1]["generation_token_ids"])
     app = create_store_app(memory)
     compact = HttpTokenSource(URL, transport=httpx.ASGITransport(app=app))
-    plain = HttpTokenSource(URL, transport=httpx.ASGITransport(app=_without_compact(app)))
+    plain = HttpTokenSource(URL, transport=httpx.ASGITransport(app=without_compact_freeze(app)))
     sides: dict[str, tuple[Callable[[], Awaitable[Snapshot]], Callable[[], Awaitable[Snapshot]]]]
     sides = {
         "redis direct": (

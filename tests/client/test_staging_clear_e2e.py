@@ -16,12 +16,9 @@ import httpx
 import pytest
 
 from tests.client.staged_calls import staged_chain
-from tests.support.redis import redis_url, unique_prefix
 from tests.support.servers import running_app
+from tests.support.store_servers import STORE_KINDS, served_store
 from tests.support.v1_store import V1Store
-from token_finalizer import FileTokenStore, MemoryTokenStore
-from token_finalizer.sources.redis import RedisTokenStore
-from token_finalizer.store_server import create_store_app
 from token_finalizer.store_server.roles import StoreTokens
 from token_finalizer_client import (
     ConflictError,
@@ -34,25 +31,15 @@ from token_finalizer_client import (
 WRITER, FINALIZER = "writer-token", "finalizer-token"
 
 
-@pytest.fixture(scope="module", params=["memory", "file", "redis"])
+@pytest.fixture(scope="module", params=STORE_KINDS)
 def store_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """A store server with writer and finalizer tokens over a memory, file, then redis store."""
     tokens = StoreTokens(writer=(WRITER,), finalizer=(FINALIZER,))
-    if request.param == "memory":
-        with running_app(create_store_app(MemoryTokenStore(), tokens=tokens)) as url:
-            yield url
-    elif request.param == "file":
-        store = FileTokenStore(tmp_path_factory.mktemp("staging-clear-e2e"))
-        with running_app(create_store_app(store, tokens=tokens)) as url:
-            yield url
-    else:
-        server = redis_url()
-        with unique_prefix(server, "staging-clear-e2e") as prefix:
-            store = RedisTokenStore(server, key_prefix=prefix)
-            with running_app(create_store_app(store, tokens=tokens)) as url:
-                yield url
+    directory = tmp_path_factory.mktemp("staging-clear-e2e")
+    with served_store(request.param, directory, "staging-clear-e2e", tokens=tokens) as url:
+        yield url
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 import numpy as np
-import orjson
 import pytest
 import respx
 
+from bench.compact_freeze import without_compact_freeze
 from tests.service.sources.test_packed import ROLLOUT, _chain, _lines, _shapes, _writers
 from tests.support.captures import make_entry
 from tests.support.lineage import stamp_lineage
@@ -31,7 +31,6 @@ from token_finalizer.core.errors import SourceUnavailable
 from token_finalizer.sources._entries import parse_capture
 from token_finalizer.sources.http import HttpTokenSource
 from token_finalizer.store_server import create_store_app
-from token_finalizer.store_server.capabilities import STORE_FEATURES
 
 pytestmark = pytest.mark.anyio
 
@@ -143,22 +142,6 @@ async def test_a_direct_freeze_reads_what_the_lines_read(
         assert_same_snapshot(await store.freeze(ROLLOUT), await _plain_read(store))
 
 
-def _hiding_compact_freeze(app: Any) -> Any:
-    """The store server's app advertising every feature but compact_freeze."""
-    features = [name for name in STORE_FEATURES if name != "compact_freeze"]
-    body = orjson.dumps({"protocol": 1, "features": features})
-
-    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/capabilities":
-            headers = [(b"content-type", b"application/json")]
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await app(scope, receive, send)
-
-    return wrapped
-
-
 def _recording(app: Any, queries: list[bytes]) -> Any:
     """The app, noting the query of every freeze it serves."""
 
@@ -177,7 +160,7 @@ async def _sources(store: Any) -> AsyncIterator[tuple[HttpTokenSource, HttpToken
     app = create_store_app(store)
     queries: list[bytes] = []
     compact = HttpTokenSource(URL, transport=httpx.ASGITransport(app=_recording(app, queries)))
-    plain = HttpTokenSource(URL, transport=httpx.ASGITransport(app=_hiding_compact_freeze(app)))
+    plain = HttpTokenSource(URL, transport=httpx.ASGITransport(app=without_compact_freeze(app)))
     try:
         yield compact, plain
     finally:

@@ -176,23 +176,48 @@ class CaptureFiles:
         still atomic; after a crash the old state may come back, and the next
         locked operation indexes the fsynced lines past it again.
         """
-        temp = self.state.with_name(f".{self.state.name}.{uuid.uuid4().hex}.tmp")
+        self._replace_atomically(
+            self.state, orjson.dumps(state.to_dict()), durable=durable, undo=undo
+        )
+
+    def replace_staged(self, data: bytes) -> None:
+        """Replace the staged-call file with `data` atomically and durably (temp file + rename).
+
+        A clear rewrites it (docs/staging.md#clearing-staged-calls): the old
+        file stays whole until the rename, so a crash leaves one or the other.
+        """
+        self._replace_atomically(self.staged, data, durable=True, undo=None)
+
+    def _replace_atomically(
+        self,
+        target: Path,
+        data: bytes,
+        *,
+        durable: bool,
+        undo: Callable[[], None] | None,
+    ) -> None:
+        """Write `data` to a temporary file beside `target` and rename it over `target`.
+
+        `undo` runs when the rename did not happen (the old file stays in
+        place); `durable` fsyncs the file and then the directory.
+        """
+        temp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
         created = False
         try:
             try:
                 fd = open_regular(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, writing=True)
                 created = True
                 try:
-                    write_all(fd, orjson.dumps(state.to_dict()))
+                    write_all(fd, data)
                     if durable:
                         os.fsync(fd)
                 finally:
                     os.close(fd)
-                os.replace(temp, self.state)
+                os.replace(temp, target)
             except BaseException as exc:
                 if undo is not None:
                     undo()
-                full = space_error(self.state.name, exc)
+                full = space_error(target.name, exc)
                 if full is not None:
                     raise full from None
                 raise
@@ -201,34 +226,6 @@ class CaptureFiles:
                 temp.unlink(missing_ok=True)
         if durable:
             fsync_dir(self.directory)
-
-    def replace_staged(self, data: bytes) -> None:
-        """Replace the staged-call file with `data` atomically and durably (temp file + rename).
-
-        A clear rewrites it (docs/staging.md#clearing-staged-calls): the old
-        file stays whole until the rename, so a crash leaves one or the other.
-        """
-        temp = self.staged.with_name(f".{self.staged.name}.{uuid.uuid4().hex}.tmp")
-        created = False
-        try:
-            try:
-                fd = open_regular(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, writing=True)
-                created = True
-                try:
-                    write_all(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(temp, self.staged)
-            except BaseException as exc:
-                full = space_error(self.staged.name, exc)
-                if full is not None:
-                    raise full from None
-                raise
-        finally:
-            if created:
-                temp.unlink(missing_ok=True)
-        fsync_dir(self.directory)
 
     def remove_data_files(self) -> list[str]:
         """Unlink the rollout's data files (names only: a link's target is untouched)."""
