@@ -151,12 +151,14 @@ def staged_chain(
     *,
     seed: int,
     weight_version: int | None = None,
+    float32_log_probs: bool = False,
 ) -> list[StagedCallRecord]:
     """`calls` chained staged calls, root first, each `carry` new prompt tokens on the last.
 
     Each call generates `generated` tokens with log probabilities (random ids
-    below 150 000 from `seed`); its weight version is `weight_version`, or a new
-    one every 100 calls when None.
+    below 150 000 from `seed`; each log prob exactly a float32 with
+    `float32_log_probs`, as an engine sampling in float32 reports them); its
+    weight version is `weight_version`, or a new one every 100 calls when None.
     """
     rng = np.random.default_rng(seed)
     prompt = np.empty(0, dtype=np.int64)
@@ -165,13 +167,16 @@ def staged_chain(
     for index in range(calls):
         prompt = np.concatenate([prompt, rng.integers(0, 150_000, carry)])
         output = rng.integers(0, 150_000, generated)
+        log_probs = -rng.random(generated)
+        if float32_log_probs:
+            log_probs = log_probs.astype(np.float32).astype(np.float64)
         record = build_staged_call(
             rollout_id=rollout_id,
             model_call_id=f"call-{index:04d}",
             parent=parent,
             prompt_token_ids=prompt,
             generated_token_ids=output,
-            generated_log_probs=-rng.random(generated),
+            generated_log_probs=log_probs,
             weight_version=index // 100 if weight_version is None else weight_version,
         )
         prompt = np.concatenate([prompt, output])

@@ -16,6 +16,7 @@ squared, which is what makes a per-call cost that re-reads it visible.
 from __future__ import annotations
 
 import random
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,9 @@ class Workload:
     new_prompt_tokens: int = 400
     new_generation_tokens: int = 100
     seed: int = 18
+    # "f32": log probs as an engine computing in float32 reports them (vLLM's sampler does),
+    # each exactly a float32; "f64": any double (the store then keeps 8 bytes per value).
+    log_probs: str = "f32"
 
     @property
     def layout(self) -> str:
@@ -114,6 +118,9 @@ class RolloutScript:
         new_prompt = [rng.randrange(_VOCABULARY) for _ in range(workload.new_prompt_tokens)]
         generation = [rng.randrange(_VOCABULARY) for _ in range(workload.new_generation_tokens)]
         log_probs = [-rng.random() * 4.0 for _ in generation]
+        if workload.log_probs == "f32":
+            as_float32 = f"<{len(log_probs)}f"
+            log_probs = list(struct.unpack(as_float32, struct.pack(as_float32, *log_probs)))
         answer = {
             "type": "message",
             "role": "assistant",

@@ -11,6 +11,7 @@ most its tries (the tries are counted, never timed).
 from __future__ import annotations
 
 import contextlib
+import logging
 import struct
 import zlib
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from token_finalizer_client import (
 from token_finalizer_client._constants import (
     DEFAULT_MAX_ANSWER_BYTES,
     DEFAULT_STORE_MAX_ANSWER_BYTES,
+    LOGGER_NAME,
     MAX_MESSAGE_CHARS,
 )
 
@@ -165,12 +167,18 @@ async def test_sink_refuses_a_bomb(store_bomb: Canned) -> None:
 
 
 @pytest.mark.parametrize("hostile", TRICKLES, ids=["body", "head"], indirect=True)
-async def test_sink_is_not_held_by_a_trickle(hostile: tuple[HostileServer, str]) -> None:
+async def test_sink_is_not_held_by_a_trickle(
+    hostile: tuple[HostileServer, str], caplog: pytest.LogCaptureFixture
+) -> None:
     """A put to a trickling store raises APITimeoutError after two bounded tries."""
     server, url = hostile
-    with pytest.raises(APITimeoutError):
+    with caplog.at_level(logging.WARNING, logger=LOGGER_NAME), pytest.raises(APITimeoutError):
         await put(url, timeout=0.5, max_retries=1)
-    assert len(server.requests) == 2
+    # The tries are counted where they are made: on a loaded machine the server's thread may
+    # not have read the second request before that try's half second ran out.
+    retries = [record for record in caplog.records if record.name == LOGGER_NAME]
+    assert len(retries) == 1
+    assert 1 <= len(server.requests) <= 2
 
 
 async def test_sink_shortens_an_enormous_error_message() -> None:
