@@ -37,8 +37,8 @@ Figures (milliseconds; ratios = side / baseline of the same layout):
   the last tenth of the calls (the longest contexts). A per-call cost that
   re-reads the rollout grows with calls x context; the baseline's does not.
 
-The goal (docs/architecture.md, scale-out): capture p99 and resolve p99 at 64
-rollouts each <= 2x the baseline, resolve alone <= 3 ms, ratios flat in the
+The goals (issue 27, delta puts on the wire): capture, resolve and burst p99 at 64
+rollouts each <= 1x the baseline, resolve alone <= 3 ms, ratios flat in the
 rollout's length; the goal summary says which goal each side meets.
 `--profile DIR` samples each store server with py-spy during the main runs
 and prints where its time goes. The client, the store

@@ -21,9 +21,9 @@ DEFAULT_MAX_KEEPALIVE = 32
 # them on a warm connection instead of paying a TCP connect per call.
 DEFAULT_STORE_MAX_CONNECTIONS = 256
 DEFAULT_STORE_MAX_KEEPALIVE = 256
-# Seconds a pooled store connection may stay idle: under the server's own idle
-# timeout (uvicorn's `timeout_keep_alive`, 5 s), so the pool drops a connection
-# before the server closes it. With both at 5 s a request could be sent on a
+# Seconds a pooled store connection may stay idle: under any uvicorn server's idle
+# timeout (its `timeout_keep_alive`, 5 s by default; our servers keep 20 s), so the
+# pool drops a connection before the server closes it. With both at 5 s a request could be sent on a
 # connection the server was closing that moment: a ReadError, and a retry
 # that costs the call a retry wait (docs/architecture.md#round-trips).
 STORE_KEEPALIVE_EXPIRY_S = 4.0

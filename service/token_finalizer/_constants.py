@@ -157,9 +157,6 @@ HTTP_PARSE_IN_THREAD_MIN_BYTES = 1024 * 1024
 # dense: at least this many bytes of it (about 20 calls of 500 new tokens; some 2 ms
 # of reading) are read in a worker thread.
 HTTP_COMPACT_PARSE_IN_THREAD_MIN_BYTES = 64 * 1024
-# Packed entries stored in at least this many bytes are expanded into their lines in a
-# worker thread (they expand to several times as much; docs/store-protocol.md#packed-at-rest).
-EXPAND_IN_THREAD_MIN_BYTES = 256 * 1024
 # Largest decoded answer the http source accepts from a capture store (a zstd
 # body is tiny on the wire; this bounds what it may expand to).
 HTTP_MAX_ANSWER_BYTES = 1024 * 1024 * 1024
@@ -298,6 +295,12 @@ BODY_TIMEOUT_ENV_VAR = "TOKEN_FINALIZER_BODY_TIMEOUT_S"
 # request is answered 503. 2048 covers 32 clients with the client package's
 # full pool of 64 connections each.
 MAX_CONNECTIONS = 2048
+# Seconds an idle keep-alive connection stays open (uvicorn's `timeout_keep_alive`,
+# 5 s by default). The client package drops its pooled connections after 4 s idle
+# (STORE_KEEPALIVE_EXPIRY_S there); with the server at 5 s, a server whose event
+# loop was busy for a second closed connections that a request had just been sent
+# on (the client saw "Server disconnected" and paid a retry wait). 20 s leaves room.
+SERVER_KEEPALIVE_S = 20.0
 # Connections accepted in one go (the listen backlog; asyncio accepts up to this
 # many before any of them is looked at). uvicorn's default.
 MAX_ACCEPT_BACKLOG = 2048

@@ -223,7 +223,7 @@ def test_kept_alive_connection_trickling_its_next_head_is_closed(server: Server)
 
 def test_idle_kept_alive_connection_outlives_the_head_deadline(server: Server) -> None:
     """Idling between requests is the keep-alive's business: a pause longer than the head
-    deadline (but within uvicorn's 5 s keep-alive) does not cost the connection."""
+    deadline (but within the server's keep-alive) does not cost the connection."""
     request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection((server.host, server.port), timeout=10) as sock:
         sock.sendall(request)

@@ -34,6 +34,7 @@ from token_finalizer.api import create_app
 from token_finalizer.settings import settings_from_mapping
 from token_finalizer.web import deadlines
 from token_finalizer.web.protocol import DeadlineH11Protocol, event_loop_factory, server_options
+from token_finalizer_client._constants import STORE_KEEPALIVE_EXPIRY_S
 
 CAP = 4
 HALF_HEAD = b"GET /health HTTP/1.1\r\nHost: x\r\n"
@@ -95,6 +96,12 @@ def test_server_options_name_the_protocol_and_its_limits() -> None:
     options = server_options()
     assert options["http"] is DeadlineH11Protocol
     assert (options["limit_concurrency"], options["backlog"]) == deadlines.connection_limits()
+
+
+def test_idle_connections_outlive_the_client_pools_expiry_by_far() -> None:
+    """The server keeps an idle connection well past the client package's pool expiry, so a
+    busy server never closes one that a pooled request was just sent on."""
+    assert server_options()["timeout_keep_alive"] >= 4 * STORE_KEEPALIVE_EXPIRY_S
 
 
 def test_server_options_let_uvicorn_pick_uvloop() -> None:

@@ -43,7 +43,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from token_finalizer._constants import REQUEST_HEAD_TIMEOUT_S
+from token_finalizer._constants import REQUEST_HEAD_TIMEOUT_S, SERVER_KEEPALIVE_S
 from token_finalizer.web.deadlines import check_deadlines, connection_limits, request_head_timeout_s
 
 __all__ = ["DeadlineH11Protocol", "event_loop_factory", "server_options"]
@@ -188,6 +188,7 @@ def server_options() -> dict[str, Any]:
         "http": DeadlineH11Protocol,
         "limit_concurrency": limit,
         "backlog": backlog,
+        "timeout_keep_alive": SERVER_KEEPALIVE_S,
         # uvloop when installed, else asyncio's loop (uvicorn's "auto").
         "loop": "auto",
     }
