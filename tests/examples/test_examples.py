@@ -90,18 +90,23 @@ def assert_unmasked_with_tokens(record: dict[str, Any]) -> None:
 def serving_finalizer(
     tmp_path: Path, source: str, *, name: str = "finalizer", extra: str = ""
 ) -> Iterator[str]:
-    """`serve --config` with that one source (and `extra` YAML) until the block ends; its URL."""
+    """`serve --config` with that one source (and `extra` YAML) until the block ends; its URL.
+
+    It runs in tmp_path, as a newcomer runs it in their checkout: a relative
+    `dir` is under tmp_path.
+    """
     config = tmp_path / f"{name}.yaml"
     config.write_text(f"sources:\n  {source}\n{extra}")
     port = free_port()
-    with running_process(["serve", "--config", str(config), "--port", str(port)], port=port):
+    args = ["serve", "--config", str(config), "--port", str(port)]
+    with running_process(args, port=port, cwd=tmp_path):
         yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture
 def finalizer(tmp_path: Path) -> Iterator[str]:
-    """`serve` with one file source over tmp_path/capture (the embedded default's layout)."""
-    with serving_finalizer(tmp_path, f"local: {{kind: file, dir: {tmp_path / 'capture'}}}") as url:
+    """`serve` with one file source over ./capture in tmp_path (the embedded default's)."""
+    with serving_finalizer(tmp_path, "local: {kind: file, dir: ./capture}") as url:
         yield url
 
 
@@ -195,6 +200,38 @@ def _finalize_early(finalizer: str, rollout_id: str = ROLLOUT) -> None:
     record = {"_ng_rollout_id": rollout_id, "response": {"output": []}}
     answer = httpx.post(f"{finalizer}/finalize", json=record, timeout=30)
     assert answer.json()["build"]["mask_reason"] == "empty_capture"
+
+
+WRITERS_RULE = "must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+def test_an_id_finalize_refuses_is_never_written_and_finalize_masks_it(
+    tmp_path: Path, finalizer: str, store: str
+) -> None:
+    """`_x1`: both example writers and the store refuse it, and finalize masks a record naming it.
+
+    The capture a newcomer wrote under such an id used to be orphaned for
+    good (docs/records-and-builds.md#store-id-rule); now nothing is stored.
+    """
+    directory = tmp_path / "capture"
+    by_file = run_example("write_capture_file.py", "--dir", str(directory), "--rollout-id", "_x1",
+                          cwd=tmp_path)  # fmt: skip
+    by_http = run_example("write_capture_http.py", "--store-url", store, "--rollout-id", "_x1",
+                          cwd=tmp_path)  # fmt: skip
+    for result in (by_file, by_http):
+        assert (result.returncode, f"'_x1' {WRITERS_RULE}" in result.stderr) == (2, True)
+    # A writer of its own (Gym's sink, curl) meets the same rule at the store.
+    put = httpx.put(
+        f"{store}/ng-rollout/_x1/training-token-capture/calls/c1",
+        json={"rollout_id": "_x1", "model_call_id": "c1"},
+        timeout=30,
+    )
+    assert (put.status_code, f"'_x1' {WRITERS_RULE}" in put.json()["error"]) == (422, True)
+    record = {"_ng_rollout_id": "_x1", "response": {"output": []}}
+    answer = httpx.post(f"{finalizer}/finalize", json=record, timeout=30).json()
+    assert answer["build"]["mask_reason"] == "malformed_rollout_id"
+    assert stored_state(FileTokenStore(directory), "_x1") is None
+    assert stored_state(FileTokenStore(tmp_path / "store"), "_x1") is None
 
 
 def test_write_capture_file_says_a_finalized_id_is_frozen(tmp_path: Path, finalizer: str) -> None:
