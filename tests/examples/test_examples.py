@@ -361,6 +361,60 @@ def test_remote_capture_finalizes_unmasked_and_retires(
     assert stored_state(FileTokenStore(tmp_path / "store"), ROLLOUT).retired is True
 
 
+def _staged_answer(tmp_path: Path, store: str, remote_finalizer: str) -> tuple[dict[str, Any], str]:
+    """examples/write_staging_rollout.py, then finalize_with_client.py on its record."""
+    ok(run_example("write_staging_rollout.py", "--store-url", store, cwd=tmp_path))
+    args = ["--finalizer-url", remote_finalizer, "--record", "staging-record.json"]
+    stdout = ok(run_example("finalize_with_client.py", *args, "--out", "staged.jsonl",
+                            cwd=tmp_path))  # fmt: skip
+    [answer] = read_jsonl(tmp_path / "staged.jsonl")
+    return answer, stdout
+
+
+def test_staging_rollout_finalizes_to_a_verified_row_of_both_calls(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """The staging example's two calls finalize unmasked into one verified row: call-0, call-1."""
+    answer, stdout = _staged_answer(tmp_path, store, remote_finalizer)
+    staged = answer["staged"]
+    assert (staged["error"], answer["record"].get("mask_sample")) == (None, None)
+    assert staged["row"]["model_call_ids"] == ["call-0", "call-1"]
+    assert "verified row: 172 tokens (42 generated)" in stdout and "retired: true" in stdout
+
+
+def test_staging_rollout_row_holds_the_exact_tokens_served(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """The verified row is the task, both answers and the tool output, token for token."""
+    row = _staged_answer(tmp_path, store, remote_finalizer)[0]["staged"]["row"]
+    text = bytes(row["token_ids"]).decode()  # the example's tokenizer: one token per byte
+    generated = bytes(t for t, m in zip(row["token_ids"], row["token_mask"], strict=True) if m)
+    assert text.startswith("<system>") and text.endswith("notes.txt has 3 lines.")
+    assert generated.decode() == "run: wc -l notes.txt" + "notes.txt has 3 lines."
+
+
+def test_staging_doc_commands_print_what_the_doc_shows(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """docs/staging.md's two example commands, run as written, print its output block."""
+    section = (REPO / "docs" / "staging.md").read_text().split("### A staging rollout, runnable")[1]
+    commands, shown = re.findall(r"^```\w*\n(.*?)^```", section, re.MULTILINE | re.DOTALL)[:2]
+    env = {"CAPTURE_STORE_URL": store, "FINALIZER_URL": remote_finalizer}
+    printed = ""
+    for command in commands.splitlines():
+        program, script, *args = shlex.split(command)
+        assert (program, script.startswith("examples/")) == (".venv/bin/python", True)
+        printed += ok(run_example(script.removeprefix("examples/"), *args, cwd=tmp_path, env=env))
+    assert printed.replace(store, _DOC_STORE) == shown
+
+
+def test_write_staging_rollout_refuses_a_second_run(tmp_path: Path, store: str) -> None:
+    """Staging the same rollout again exits 1 and says to pass another --rollout-id."""
+    ok(run_example("write_staging_rollout.py", "--store-url", store, cwd=tmp_path))
+    again = run_example("write_staging_rollout.py", "--store-url", store, cwd=tmp_path)
+    assert again.returncode == 1 and "another --rollout-id" in again.stderr
+
+
 def test_compose_smoke_passes_against_two_replicas(
     tmp_path: Path, store: str, replicas: tuple[str, str]
 ) -> None:
