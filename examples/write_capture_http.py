@@ -7,7 +7,7 @@ store through an `http` source (see docs/quickstart.md, "Remote capture store").
 The sink takes keyword arguments only, which is how a NeMo Gym model server
 builds it from its `token_id_capture.sink` and `sink_kwargs` settings.
 
-Run, with a store serving (`token-finalizer store serve --dir /tmp/capture-store`):
+Run, with a store serving (`token-finalizer store serve --dir capture-store`):
 
     .venv/bin/python examples/write_capture_http.py
     .venv/bin/python examples/write_capture_http.py --store-url http://store:8100 --rollout-id 7-0

@@ -591,6 +591,37 @@ def test_quickstart_store_delete_frees_a_wrongly_finalized_id(
     assert stored_state(FileTokenStore(tmp_path / "capture"), "nobody-wrote-this") is None
 
 
+def test_quickstart_commands_write_only_inside_the_checkout() -> None:
+    """No command of docs/quickstart.md names an absolute path: two checkouts never share a file."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", QUICKSTART.read_text(), re.MULTILINE | re.DOTALL)
+    words = [word for block in blocks for command in _commands(block) for word in
+             shlex.split(command.replace("\\\n", " "))]  # fmt: skip
+    assert blocks and [word for word in words if word.startswith("/")] == []
+
+
+def _as_cli(command: str, port: int) -> list[str]:
+    """A doc's `.venv/bin/token-finalizer ...` command as running_process args, on `port`."""
+    assert command.startswith(".venv/bin/token-finalizer ")
+    return [*shlex.split(command.removeprefix(".venv/bin/token-finalizer ")), "--port", str(port)]
+
+
+def test_quickstart_remote_servers_start_from_the_commands_shown(tmp_path: Path) -> None:
+    """The remote section's store and finalizer start as written (on a free port), and are ready."""
+    section = quickstart_sections()[1]
+    store_port, finalizer_port = free_port(), free_port()
+    store_url = f"http://127.0.0.1:{store_port}"
+    [store_command] = _commands(_shown_after(section, ".venv/bin/token-finalizer store")[0])
+    printf, serve = _commands(_shown_after(section, "printf ")[0])
+    with running_process(_as_cli(store_command, store_port), port=store_port, cwd=tmp_path):
+        subprocess.run(["bash", "-c", printf.replace(_DOC_STORE, store_url)], cwd=tmp_path,
+                       check=True, timeout=30)  # fmt: skip
+        args = _as_cli(serve, finalizer_port)
+        with running_process(args, port=finalizer_port, cwd=tmp_path):
+            ready = httpx.get(f"http://127.0.0.1:{finalizer_port}/ready", timeout=30).json()
+    assert ready == {"status": "ready", "sources": {"store": {"reachable": True}}}
+    assert (tmp_path / "capture-store").is_dir()
+
+
 def _write_rollouts(directory: Path, cwd: Path, *rollout_ids: str) -> None:
     for rollout_id in rollout_ids:
         args = ["--dir", str(directory), "--rollout-id", rollout_id]
