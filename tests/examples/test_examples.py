@@ -591,6 +591,39 @@ def test_quickstart_store_delete_frees_a_wrongly_finalized_id(
     assert stored_state(FileTokenStore(tmp_path / "capture"), "nobody-wrote-this") is None
 
 
+def _walk_through_commands(section: str) -> list[str]:
+    """Every command of the section's bash blocks, in order, then its inline `store sweep`."""
+    commands = [
+        command
+        for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+        if lang == "bash"
+        for command in _commands(body)
+    ]
+    sweep = re.search(r"`(token-finalizer store sweep [^`]*)`", section)
+    assert sweep is not None
+    return [*commands, f".venv/bin/{sweep[1]}"]
+
+
+def test_quickstart_walk_through_runs_verbatim(tmp_path: Path, finalizer: str) -> None:
+    """Every command of the quickstart up to the remote store, in order and as written, exits 0.
+
+    Only the finalizer's address (and where .venv/ and examples/ are) differs;
+    step 1 is the README's set-up command, run by the test above.
+    """
+    set_up = README.read_text().split("\n## Set up\n")[1].split("```bash\n")[1].split("```")[0]
+    commands = [c for c in _walk_through_commands(quickstart_sections()[0]) if c != set_up.strip()]
+    assert len(commands) >= 12
+    env = {key: value for key, value in os.environ.items() if key not in _EXAMPLE_ENV}
+    env["FINALIZER_URL"] = finalizer
+    for command in commands:
+        command = command.replace(_DOC_FINALIZER, finalizer)
+        command = command.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
+        command = command.replace("examples/", f"{EXAMPLES}/")
+        result = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+
+
 def test_quickstart_commands_write_only_inside_the_checkout() -> None:
     """No command of docs/quickstart.md names an absolute path: two checkouts never share a file."""
     blocks = re.findall(r"^```bash\n(.*?)^```", QUICKSTART.read_text(), re.MULTILINE | re.DOTALL)
