@@ -21,7 +21,9 @@ Run, with `token-finalizer serve` running and a capture written
     FINALIZER_URL=http://finalizer:8000 FINALIZER_TOKEN=... .venv/bin/python ...
 
 Without --record it finalizes the record of the example rollout (the one the
-write_capture_* examples write) under --rollout-id. Each line of the output
+write_capture_* examples write) under --rollout-id; `--record
+staging-record.json` finalizes the one examples/write_staging_rollout.py
+wrote, and prints its verified row. Each line of the output
 file is a whole finalize answer (`record`, `build`, `retire`...), the same
 lines `token-finalizer finalize` writes.
 """
@@ -109,6 +111,15 @@ def describe(finalized: Finalized) -> None:
     terminal = metrics.get("terminal_attribution") or {}
     if terminal.get("call_id"):
         print(f"  the scored response came from {terminal['call_id']} ({terminal['method']})")
+    staged = finalized.staged  # an external-staging rollout (docs/staging.md): its verified row
+    if staged is not None and staged.row is not None:
+        row = staged.row
+        print(
+            f"  verified row: {len(row.token_ids)} tokens ({int(sum(row.token_mask))} generated), "
+            f"prompt_len {row.prompt_len}, calls {', '.join(row.model_call_ids)}"
+        )
+    elif staged is not None and staged.error is not None:
+        print(f"  no verified row: {staged.error.code}: {staged.error.detail}")
 
 
 def main() -> int:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from token_finalizer import CaptureError, CaptureFrozen, CaptureRetired, FileTokenStore
+from token_finalizer_client.protocol import check_new_rollout_id
 
 # The scripted agent rollout. Per model call: the text the model generates,
 # the Responses output item the server parses it into, and what the tool
@@ -149,6 +150,14 @@ def refusal(store: FileTokenStore, rollout_id: str, directory: Path) -> str | No
     )
 
 
+def rollout_id_argument(value: str) -> str:
+    """--rollout-id, refused up front unless finalize could ever take it (NeMo Gym's rule)."""
+    try:
+        return check_new_rollout_id(value, "rollout id")
+    except ValueError as invalid:
+        raise argparse.ArgumentTypeError(str(invalid)) from None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -157,7 +166,13 @@ def main() -> int:
         default=Path(os.environ.get("CAPTURE_DIR", "capture")),
         help="the capture directory (default: $CAPTURE_DIR or ./capture)",
     )
-    parser.add_argument("--rollout-id", default="quickstart-0", help="default: quickstart-0")
+    parser.add_argument(
+        "--rollout-id",
+        type=rollout_id_argument,
+        default="quickstart-0",
+        help="letters, digits, '.', '_' or '-', starting with a letter or digit "
+        "(default: quickstart-0)",
+    )
     args = parser.parse_args()
 
     store = FileTokenStore(args.dir)

@@ -7,7 +7,7 @@ store through an `http` source (see docs/quickstart.md, "Remote capture store").
 The sink takes keyword arguments only, which is how a NeMo Gym model server
 builds it from its `token_id_capture.sink` and `sink_kwargs` settings.
 
-Run, with a store serving (`token-finalizer store serve --dir /tmp/capture-store`):
+Run, with a store serving (`token-finalizer store serve --dir capture-store`):
 
     .venv/bin/python examples/write_capture_http.py
     .venv/bin/python examples/write_capture_http.py --store-url http://store:8100 --rollout-id 7-0
@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from token_finalizer_client import ConflictError, FinalizerError, HttpTokenSink
+from token_finalizer_client.protocol import check_new_rollout_id
 
 TASK = "<|user|>How many lines are in notes.txt?<|end|>"
 TURNS: list[tuple[str, dict[str, Any], str | None]] = [
@@ -123,6 +124,14 @@ def refusal(exc: ConflictError, rollout_id: str) -> str:
     )
 
 
+def rollout_id_argument(value: str) -> str:
+    """--rollout-id, refused up front unless finalize could ever take it (NeMo Gym's rule)."""
+    try:
+        return check_new_rollout_id(value, "rollout id")
+    except ValueError as invalid:
+        raise argparse.ArgumentTypeError(str(invalid)) from None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -130,7 +139,13 @@ def main() -> int:
         default=os.environ.get("CAPTURE_STORE_URL", "http://127.0.0.1:8100"),
         help="the capture store (default: $CAPTURE_STORE_URL or http://127.0.0.1:8100)",
     )
-    parser.add_argument("--rollout-id", default="quickstart-0", help="default: quickstart-0")
+    parser.add_argument(
+        "--rollout-id",
+        type=rollout_id_argument,
+        default="quickstart-0",
+        help="letters, digits, '.', '_' or '-', starting with a letter or digit "
+        "(default: quickstart-0)",
+    )
     args = parser.parse_args()
 
     # What a NeMo Gym model server would have as `sink_kwargs` in its configuration.

@@ -644,10 +644,50 @@ def test_readme_shows_two_set_up_commands() -> None:
     )
 
 
+# What the README's commands may run without its Set up naming it: the
+# shell's own, Python (Set up starts with it), the project's commands, Docker
+# (its own section says so).
+_NEEDS_NO_MENTION = {"export", "python3", "token-finalizer", "docker"}
+
+
+def _readme_programs() -> set[str]:
+    """The program each command (each piped or chained part) of the README bash blocks runs."""
+    readme = (ROOT / "README.md").read_text()
+    programs = set()
+    for block in re.findall(r"```bash\n(.*?)```", readme, re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            for part in re.split(r"\|\||&&|\||;", line.split(" # ", 1)[0]):
+                words = [word for word in part.split() if "=" not in word.split("/")[0]]
+                if words and not words[0].startswith(("#", "-")):
+                    programs.add(words[0])
+    return programs
+
+
+def test_readme_set_up_names_every_program_its_commands_run() -> None:
+    """Every program the README's commands run (curl, jq...) is named in its Set up section."""
+    readme = (ROOT / "README.md").read_text()
+    set_up = readme.split("\n## Set up\n", 1)[1].split("\n## ", 1)[0]
+    programs = {p for p in _readme_programs() if not p.startswith(".venv/bin/")}
+    missing = {p for p in programs - _NEEDS_NO_MENTION if f"`{p}`" not in set_up}
+    assert "jq" in programs and missing == set()
+
+
+def _ci_commands() -> list[str]:
+    """The lines of .ci/run that are commands: no comments, no blank lines."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
 def test_ci_runs_the_readme_test_command() -> None:
-    """.ci/run ends with the README's test command, verbatim."""
-    lines = (ROOT / ".ci" / "run").read_text().strip().splitlines()
-    assert lines[-1] == _setup_commands()[1]
+    """.ci/run runs the README's test command, verbatim, as a line of its own."""
+    assert _setup_commands()[1] in _ci_commands()
+
+
+def test_ci_runs_the_image_and_topology_last() -> None:
+    """.ci/run's last command is .ci/compose-e2e, after the README's test command."""
+    commands = _ci_commands()
+    tests = commands.index(_setup_commands()[1])
+    assert commands[-1] == "bash .ci/compose-e2e" and tests < len(commands) - 1
 
 
 def test_ci_script_is_strict_bash() -> None:
@@ -781,6 +821,37 @@ def test_apt_mirror_reads_both_source_formats(tmp_path: Path) -> None:
 
 
 def test_the_compose_run_is_an_executable_bash_script() -> None:
-    """.ci/compose-e2e is an executable bash script (run by hand until .ci/run calls it)."""
+    """.ci/compose-e2e is an executable bash script."""
     script = ROOT / ".ci" / "compose-e2e"
     assert script.read_text().startswith("#!/usr/bin/env bash\n") and script.stat().st_mode & 0o111
+
+
+def _fake_commands(directory: Path, **scripts: str) -> Path:
+    """A directory of executables NAME (a shell body each), to put first on PATH."""
+    directory.mkdir()
+    for name, body in scripts.items():
+        path = directory / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    return directory
+
+
+def test_the_compose_run_fails_saying_why_when_the_engine_cannot_start(tmp_path: Path) -> None:
+    """A dockerd that exits at start fails .ci/compose-e2e, naming the engine, with its log."""
+    fakes = _fake_commands(
+        tmp_path / "bin",
+        id="echo 0",  # as root, which the script needs
+        dockerd="echo 'failed to start daemon: no cgroup mount found' >&2; exit 1",
+        docker="exit 1",
+        debootstrap="exit 0",
+    )
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "compose-e2e")],
+        env={"PATH": f"{fakes}:/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "the engine could not start: dockerd exited" in result.stderr
+    assert "failed to start daemon: no cgroup mount found" in result.stderr

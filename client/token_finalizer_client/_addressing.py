@@ -21,11 +21,13 @@ from token_finalizer_client._constants import MAX_ID_LENGTH
 
 __all__ = [
     "CAPTURE_SEGMENT",
+    "ROLLOUT_ID_RULE",
     "ROLLOUT_ROUTE",
     "ROLLOUT_SEGMENT",
     "InvalidIdError",
     "call_path",
     "check_call_id",
+    "check_new_rollout_id",
     "check_rollout_id",
     "rollout_path",
     "split_staging_key",
@@ -35,6 +37,13 @@ __all__ = [
 
 # ASCII only: `str.isalnum` and `\w` would admit look-alike letters from other scripts.
 _STORE_ID = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
+# NeMo Gym 0.7's rollout id rule, which its finalize applies to `_ng_rollout_id`:
+# a store id that also starts with a letter or digit. Writers are held to it, so
+# no capture is ever stored under an id no record can name
+# (docs/records-and-builds.md#store-id-rule); readers and deletes take any
+# store id, so a capture written before the rule can still be inspected and removed.
+ROLLOUT_ID_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)
+_ROLLOUT_ID_RULE_TEXT = f"^{ROLLOUT_ID_RULE.pattern}$"
 # What a model call id must not hold: control characters (C0, DEL, C1), which
 # would split the one-id-per-line files of the file store and forge log lines,
 # and lone surrogates, which no UTF-8 encoder can write.
@@ -79,6 +88,22 @@ def _store_id(value: object, what: str) -> str:
 def check_rollout_id(value: object, what: str = "rollout_id") -> str:
     """`value` when it is a valid rollout id, else InvalidIdError naming `what`."""
     return _store_id(value, what)
+
+
+def check_new_rollout_id(value: object, what: str = "rollout_id") -> str:
+    """`value` when a capture may be written under it, else InvalidIdError naming `what`.
+
+    A store id (`check_rollout_id`) that also keeps NeMo Gym's rule, checked by
+    every writer before anything is sent or stored: under an id starting with
+    `_`, `-` or `.` a capture could be written but never finalized.
+    """
+    rollout_id = check_rollout_id(value, what)
+    if not ROLLOUT_ID_RULE.fullmatch(rollout_id):
+        raise InvalidIdError(
+            f"{what} {rollout_id!r} must match {_ROLLOUT_ID_RULE_TEXT} (NeMo Gym's rule: "
+            "a capture under any other id could never be finalized)"
+        )
+    return rollout_id
 
 
 def check_call_id(value: object, what: str = "model_call_id") -> str:

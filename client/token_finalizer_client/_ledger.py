@@ -46,7 +46,12 @@ from typing import Any
 
 import httpx
 
-from token_finalizer_client._addressing import check_call_id, check_rollout_id, rollout_path
+from token_finalizer_client._addressing import (
+    check_call_id,
+    check_new_rollout_id,
+    check_rollout_id,
+    rollout_path,
+)
 from token_finalizer_client._constants import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_STORE_MAX_CONNECTIONS,
@@ -154,6 +159,7 @@ class HttpCaptureLedger(HttpLineageResolver):
         Idempotent per (call id, reason); a new reason appends a row.
         LedgerConflictError once the rollout is frozen or retired.
         """
+        check_new_rollout_id(rollout_id)
         check_call_id(model_call_id)
         if not isinstance(reason, str) or not reason:
             raise ValueError(f"reason must be a non-empty string, got {reason!r:.80}")

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from token_finalizer_client._addressing import check_call_id, check_rollout_id
+from token_finalizer_client._addressing import check_call_id, check_new_rollout_id
 from token_finalizer_client._fingerprint import assistant_fingerprint, conversation_digest
 
 __all__ = ["CommittedRow", "committed_row"]
@@ -108,7 +108,7 @@ def committed_row(commit: object) -> CommittedRow:
     Fingerprinting items the rules leave open raises `FingerprintError` (a ValueError).
     """
     data = _commit_data(commit)
-    rollout_id = check_rollout_id(_field(data, "rollout_id", "commit"))
+    rollout_id = check_new_rollout_id(_field(data, "rollout_id", "commit"))
     record = _field(data, "record", "commit")
     if not isinstance(record, Mapping):
         raise ValueError("the commit's record must be an object")

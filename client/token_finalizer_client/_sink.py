@@ -25,7 +25,7 @@ from typing import Any
 from token_finalizer_client._addressing import (
     call_path,
     check_call_id,
-    check_rollout_id,
+    check_new_rollout_id,
     rollout_path,
 )
 from token_finalizer_client._exceptions import BadRequestError
@@ -129,7 +129,7 @@ class HttpTokenSink(StoreConnection):
         for an entry the store refuses, APIConnectionError when it is unreachable.
         """
         payload = _entry_payload(entry)
-        rollout_id = check_rollout_id(payload.get("rollout_id"))
+        rollout_id = check_new_rollout_id(payload.get("rollout_id"))
         call_id = check_call_id(payload.get("model_call_id"))
         # The call id is percent-encoded into its path segment: engines name calls
         # with `/`, `:` or `%` (docs/store-protocol.md#paths).
@@ -151,7 +151,7 @@ class HttpTokenSink(StoreConnection):
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture ("" for the rollout as a whole)."""
-        check_rollout_id(rollout_id)
+        check_new_rollout_id(rollout_id)
         if model_call_id:
             check_call_id(model_call_id)
         payload = {"model_call_id": model_call_id}
@@ -159,7 +159,7 @@ class HttpTokenSink(StoreConnection):
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce a call: if its entry is missing at freeze time, the snapshot is incomplete."""
-        check_rollout_id(rollout_id)
+        check_new_rollout_id(rollout_id)
         check_call_id(model_call_id)
         payload = {"model_call_id": model_call_id}
         await self._send("POST", rollout_path(rollout_id, "intents"), payload)

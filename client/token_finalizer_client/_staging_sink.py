@@ -49,7 +49,7 @@ from typing import Any, cast
 
 from token_finalizer_client._addressing import (
     check_call_id,
-    check_rollout_id,
+    check_new_rollout_id,
     rollout_path,
     staged_path,
     staging_keys_by_rollout,
@@ -88,7 +88,7 @@ def _ids(record: object) -> tuple[str, str]:
         raise TypeError(
             f"record must be a StagedCallRecord or a mapping, got {type(record).__name__}"
         )
-    return check_rollout_id(rollout_id), check_call_id(call_id)
+    return check_new_rollout_id(rollout_id), check_call_id(call_id)
 
 
 def _record_body(record: object, attachments: bytes, *, pack: bool) -> tuple[bytes, bool]:

@@ -9,7 +9,8 @@ a capture store and the finalizer is defined here once:
   `context_digests`, stamped `FINGERPRINT_VERSION`), bit-exact with NeMo Gym
   0.7 (docs/records-and-builds.md#fingerprints);
 - the store id rules for rollout ids and model call ids (`check_rollout_id`,
-  `check_call_id`, `MAX_ID_LENGTH`; docs/records-and-builds.md#store-id-rule);
+  `check_new_rollout_id` for writers, `check_call_id`, `MAX_ID_LENGTH`;
+  docs/records-and-builds.md#store-id-rule);
 - the paths of protocol v1 (`rollout_path`, `call_path`, `ROLLOUT_ROUTE`;
   docs/store-protocol.md#paths).
 
@@ -20,11 +21,13 @@ from __future__ import annotations
 
 from token_finalizer_client._addressing import (
     CAPTURE_SEGMENT,
+    ROLLOUT_ID_RULE,
     ROLLOUT_ROUTE,
     ROLLOUT_SEGMENT,
     InvalidIdError,
     call_path,
     check_call_id,
+    check_new_rollout_id,
     check_rollout_id,
     rollout_path,
 )
@@ -44,6 +47,7 @@ __all__ = [
     "CAPTURE_SEGMENT",
     "FINGERPRINT_VERSION",
     "MAX_ID_LENGTH",
+    "ROLLOUT_ID_RULE",
     "ROLLOUT_ROUTE",
     "ROLLOUT_SEGMENT",
     "FingerprintError",
@@ -53,6 +57,7 @@ __all__ = [
     "canonical_arguments",
     "canonical_json",
     "check_call_id",
+    "check_new_rollout_id",
     "check_rollout_id",
     "context_digests",
     "conversation_digest",

@@ -181,6 +181,24 @@ async def test_an_invalid_commit_sends_nothing(
     assert store.requests == []
 
 
+async def test_a_commit_under_an_id_finalize_refuses_sends_nothing(
+    ledger: HttpCaptureLedger, store: StagingStoreStandIn
+) -> None:
+    """A commit of rollout `_x1` raises ValueError naming the id and Gym's rule, unsent."""
+    with pytest.raises(ValueError, match=r"'_x1' must match \^\[A-Za-z0-9\]"):
+        await ledger.record({**C1, "rollout_id": "_x1"})
+    assert store.requests == []
+
+
+async def test_a_failure_under_an_id_finalize_refuses_sends_nothing(
+    ledger: HttpCaptureLedger, store: StagingStoreStandIn
+) -> None:
+    """record_failure of rollout `-x1` raises ValueError naming the rule, unsent."""
+    with pytest.raises(ValueError, match=r"'-x1' must match \^\[A-Za-z0-9\]"):
+        await ledger.record_failure("-x1", "c1", "engine crashed")
+    assert store.requests == []
+
+
 async def test_record_is_retried_through_a_503(
     ledger: HttpCaptureLedger, store: StagingStoreStandIn
 ) -> None:

@@ -15,6 +15,7 @@ from token_finalizer_client.protocol import (
     InvalidIdError,
     call_path,
     check_call_id,
+    check_new_rollout_id,
     check_rollout_id,
     rollout_path,
 )
@@ -54,6 +55,32 @@ def test_rollout_ids_outside_the_safe_alphabet_are_refused(bad: object) -> None:
     """A rollout id admits only ASCII letters, digits, '.', '_' and '-', and is not '.' or '..'."""
     with pytest.raises(InvalidIdError, match="must be a non-empty string"):
         check_rollout_id(bad)
+
+
+@pytest.mark.parametrize("bad", ["_x1", "-x1", ".x1", "__", "-"])
+def test_a_new_rollout_id_starts_with_a_letter_or_digit(bad: str) -> None:
+    """Writers refuse an id starting with `_`, `-` or `.`, naming it and Gym's rule."""
+    with pytest.raises(InvalidIdError) as refused:
+        check_new_rollout_id(bad)
+    assert f"rollout_id {bad!r} must match ^[A-Za-z0-9][A-Za-z0-9._-]*$" in str(refused.value)
+
+
+@pytest.mark.parametrize("bad", _UNSAFE_IDS)
+def test_a_new_rollout_id_is_a_store_id_first(bad: object) -> None:
+    """Every store id refusal holds for writers too, in the same words."""
+    with pytest.raises(InvalidIdError, match="must be a non-empty string"):
+        check_new_rollout_id(bad)
+
+
+@pytest.mark.parametrize("rollout_id", ["x1", "7-0", "a._-b", "9", "A" * MAX_ID_LENGTH])
+def test_a_new_rollout_id_keeping_the_rule_passes_unchanged(rollout_id: str) -> None:
+    """Ids finalize takes are written as they are."""
+    assert check_new_rollout_id(rollout_id) == rollout_id
+
+
+def test_a_store_id_breaking_the_writers_rule_still_addresses_a_capture() -> None:
+    """Reads and deletes take `_x1`: a capture written before the rule can still be removed."""
+    assert rollout_path("_x1", "freeze") == "/ng-rollout/_x1/training-token-capture/freeze"
 
 
 @pytest.mark.parametrize("call_id", _ENGINE_CALL_IDS)

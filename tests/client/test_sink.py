@@ -246,6 +246,27 @@ async def test_unsafe_ids_are_refused_before_any_request(call: str, args: tuple)
     assert sent == []
 
 
+@pytest.mark.parametrize(
+    ("call", "args"),
+    [
+        ("put", (make_entry("_x1", "c1", [1], [2]),)),
+        ("begin_call", ("-x1", "c1")),
+        ("mark_incomplete", (".x1", "")),
+    ],
+    ids=["put", "begin_call", "mark_incomplete"],
+)
+async def test_ids_finalize_would_refuse_are_refused_before_any_request(
+    call: str, args: tuple
+) -> None:
+    """An id starting with `_`, `-` or `.` raises ValueError naming Gym's rule; nothing is sent."""
+    sent: list[httpx.Request] = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(200))
+    async with HttpTokenSink(url="http://store.test", transport=transport) as sink:
+        with pytest.raises(ValueError, match=r"'[-_.]x1' must match \^\[A-Za-z0-9\]"):
+            await getattr(sink, call)(*args)
+    assert sent == []
+
+
 async def test_a_call_id_with_a_slash_is_put_percent_encoded() -> None:
     """`agent:3/call-7` goes out as one encoded path segment, the body unchanged."""
     sent: list[httpx.Request] = []

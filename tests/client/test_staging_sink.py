@@ -319,6 +319,15 @@ def test_a_record_without_valid_ids_is_refused_unsent(
     assert (result.ok, store.requests) == (False, [])
 
 
+def test_a_record_under_an_id_finalize_refuses_is_not_staged(
+    sink: HttpStagingSink, store: StagingStoreStandIn
+) -> None:
+    """Rollout `.x1`: ok=False (Gym's sinks answer, never raise), the error names the rule."""
+    result = sink.stage({**C1, "rollout_id": ".x1"})
+    assert (result.ok, store.requests) == (False, [])
+    assert "'.x1' must match ^[A-Za-z0-9][A-Za-z0-9._-]*$" in result.error
+
+
 def test_a_closed_sink_answers_an_error_result(store: StagingStoreStandIn) -> None:
     """After close, stage answers ok=False (a closed sink) rather than raising."""
     sink = HttpStagingSink(URL, transport=store.transport())

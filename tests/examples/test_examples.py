@@ -90,18 +90,23 @@ def assert_unmasked_with_tokens(record: dict[str, Any]) -> None:
 def serving_finalizer(
     tmp_path: Path, source: str, *, name: str = "finalizer", extra: str = ""
 ) -> Iterator[str]:
-    """`serve --config` with that one source (and `extra` YAML) until the block ends; its URL."""
+    """`serve --config` with that one source (and `extra` YAML) until the block ends; its URL.
+
+    It runs in tmp_path, as a newcomer runs it in their checkout: a relative
+    `dir` is under tmp_path.
+    """
     config = tmp_path / f"{name}.yaml"
     config.write_text(f"sources:\n  {source}\n{extra}")
     port = free_port()
-    with running_process(["serve", "--config", str(config), "--port", str(port)], port=port):
+    args = ["serve", "--config", str(config), "--port", str(port)]
+    with running_process(args, port=port, cwd=tmp_path):
         yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture
 def finalizer(tmp_path: Path) -> Iterator[str]:
-    """`serve` with one file source over tmp_path/capture (the embedded default's layout)."""
-    with serving_finalizer(tmp_path, f"local: {{kind: file, dir: {tmp_path / 'capture'}}}") as url:
+    """`serve` with one file source over ./capture in tmp_path (the embedded default's)."""
+    with serving_finalizer(tmp_path, "local: {kind: file, dir: ./capture}") as url:
         yield url
 
 
@@ -195,6 +200,38 @@ def _finalize_early(finalizer: str, rollout_id: str = ROLLOUT) -> None:
     record = {"_ng_rollout_id": rollout_id, "response": {"output": []}}
     answer = httpx.post(f"{finalizer}/finalize", json=record, timeout=30)
     assert answer.json()["build"]["mask_reason"] == "empty_capture"
+
+
+WRITERS_RULE = "must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+def test_an_id_finalize_refuses_is_never_written_and_finalize_masks_it(
+    tmp_path: Path, finalizer: str, store: str
+) -> None:
+    """`_x1`: both example writers and the store refuse it, and finalize masks a record naming it.
+
+    The capture a newcomer wrote under such an id used to be orphaned for
+    good (docs/records-and-builds.md#store-id-rule); now nothing is stored.
+    """
+    directory = tmp_path / "capture"
+    by_file = run_example("write_capture_file.py", "--dir", str(directory), "--rollout-id", "_x1",
+                          cwd=tmp_path)  # fmt: skip
+    by_http = run_example("write_capture_http.py", "--store-url", store, "--rollout-id", "_x1",
+                          cwd=tmp_path)  # fmt: skip
+    for result in (by_file, by_http):
+        assert (result.returncode, f"'_x1' {WRITERS_RULE}" in result.stderr) == (2, True)
+    # A writer of its own (Gym's sink, curl) meets the same rule at the store.
+    put = httpx.put(
+        f"{store}/ng-rollout/_x1/training-token-capture/calls/c1",
+        json={"rollout_id": "_x1", "model_call_id": "c1"},
+        timeout=30,
+    )
+    assert (put.status_code, f"'_x1' {WRITERS_RULE}" in put.json()["error"]) == (422, True)
+    record = {"_ng_rollout_id": "_x1", "response": {"output": []}}
+    answer = httpx.post(f"{finalizer}/finalize", json=record, timeout=30).json()
+    assert answer["build"]["mask_reason"] == "malformed_rollout_id"
+    assert stored_state(FileTokenStore(directory), "_x1") is None
+    assert stored_state(FileTokenStore(tmp_path / "store"), "_x1") is None
 
 
 def test_write_capture_file_says_a_finalized_id_is_frozen(tmp_path: Path, finalizer: str) -> None:
@@ -322,6 +359,60 @@ def test_remote_capture_finalizes_unmasked_and_retires(
     assert_unmasked_with_tokens(answer["record"])
     assert "retired: true" in stdout
     assert stored_state(FileTokenStore(tmp_path / "store"), ROLLOUT).retired is True
+
+
+def _staged_answer(tmp_path: Path, store: str, remote_finalizer: str) -> tuple[dict[str, Any], str]:
+    """examples/write_staging_rollout.py, then finalize_with_client.py on its record."""
+    ok(run_example("write_staging_rollout.py", "--store-url", store, cwd=tmp_path))
+    args = ["--finalizer-url", remote_finalizer, "--record", "staging-record.json"]
+    stdout = ok(run_example("finalize_with_client.py", *args, "--out", "staged.jsonl",
+                            cwd=tmp_path))  # fmt: skip
+    [answer] = read_jsonl(tmp_path / "staged.jsonl")
+    return answer, stdout
+
+
+def test_staging_rollout_finalizes_to_a_verified_row_of_both_calls(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """The staging example's two calls finalize unmasked into one verified row: call-0, call-1."""
+    answer, stdout = _staged_answer(tmp_path, store, remote_finalizer)
+    staged = answer["staged"]
+    assert (staged["error"], answer["record"].get("mask_sample")) == (None, None)
+    assert staged["row"]["model_call_ids"] == ["call-0", "call-1"]
+    assert "verified row: 172 tokens (42 generated)" in stdout and "retired: true" in stdout
+
+
+def test_staging_rollout_row_holds_the_exact_tokens_served(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """The verified row is the task, both answers and the tool output, token for token."""
+    row = _staged_answer(tmp_path, store, remote_finalizer)[0]["staged"]["row"]
+    text = bytes(row["token_ids"]).decode()  # the example's tokenizer: one token per byte
+    generated = bytes(t for t, m in zip(row["token_ids"], row["token_mask"], strict=True) if m)
+    assert text.startswith("<system>") and text.endswith("notes.txt has 3 lines.")
+    assert generated.decode() == "run: wc -l notes.txt" + "notes.txt has 3 lines."
+
+
+def test_staging_doc_commands_print_what_the_doc_shows(
+    tmp_path: Path, store: str, remote_finalizer: str
+) -> None:
+    """docs/staging.md's two example commands, run as written, print its output block."""
+    section = (REPO / "docs" / "staging.md").read_text().split("### A staging rollout, runnable")[1]
+    commands, shown = re.findall(r"^```\w*\n(.*?)^```", section, re.MULTILINE | re.DOTALL)[:2]
+    env = {"CAPTURE_STORE_URL": store, "FINALIZER_URL": remote_finalizer}
+    printed = ""
+    for command in commands.splitlines():
+        program, script, *args = shlex.split(command)
+        assert (program, script.startswith("examples/")) == (".venv/bin/python", True)
+        printed += ok(run_example(script.removeprefix("examples/"), *args, cwd=tmp_path, env=env))
+    assert printed.replace(store, _DOC_STORE) == shown
+
+
+def test_write_staging_rollout_refuses_a_second_run(tmp_path: Path, store: str) -> None:
+    """Staging the same rollout again exits 1 and says to pass another --rollout-id."""
+    ok(run_example("write_staging_rollout.py", "--store-url", store, cwd=tmp_path))
+    again = run_example("write_staging_rollout.py", "--store-url", store, cwd=tmp_path)
+    assert again.returncode == 1 and "another --rollout-id" in again.stderr
 
 
 def test_compose_smoke_passes_against_two_replicas(
@@ -498,6 +589,70 @@ def test_quickstart_store_delete_frees_a_wrongly_finalized_id(
     )
     assert (result.returncode, result.stderr.strip()) == (0, shown)
     assert stored_state(FileTokenStore(tmp_path / "capture"), "nobody-wrote-this") is None
+
+
+def _walk_through_commands(section: str) -> list[str]:
+    """Every command of the section's bash blocks, in order, then its inline `store sweep`."""
+    commands = [
+        command
+        for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+        if lang == "bash"
+        for command in _commands(body)
+    ]
+    sweep = re.search(r"`(token-finalizer store sweep [^`]*)`", section)
+    assert sweep is not None
+    return [*commands, f".venv/bin/{sweep[1]}"]
+
+
+def test_quickstart_walk_through_runs_verbatim(tmp_path: Path, finalizer: str) -> None:
+    """Every command of the quickstart up to the remote store, in order and as written, exits 0.
+
+    Only the finalizer's address (and where .venv/ and examples/ are) differs;
+    step 1 is the README's set-up command, run by the test above.
+    """
+    set_up = README.read_text().split("\n## Set up\n")[1].split("```bash\n")[1].split("```")[0]
+    commands = [c for c in _walk_through_commands(quickstart_sections()[0]) if c != set_up.strip()]
+    assert len(commands) >= 12
+    env = {key: value for key, value in os.environ.items() if key not in _EXAMPLE_ENV}
+    env["FINALIZER_URL"] = finalizer
+    for command in commands:
+        command = command.replace(_DOC_FINALIZER, finalizer)
+        command = command.replace(".venv/bin/", f"{Path(sys.executable).parent}/")
+        command = command.replace("examples/", f"{EXAMPLES}/")
+        result = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
+
+
+def test_quickstart_commands_write_only_inside_the_checkout() -> None:
+    """No command of docs/quickstart.md names an absolute path: two checkouts never share a file."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", QUICKSTART.read_text(), re.MULTILINE | re.DOTALL)
+    words = [word for block in blocks for command in _commands(block) for word in
+             shlex.split(command.replace("\\\n", " "))]  # fmt: skip
+    assert blocks and [word for word in words if word.startswith("/")] == []
+
+
+def _as_cli(command: str, port: int) -> list[str]:
+    """A doc's `.venv/bin/token-finalizer ...` command as running_process args, on `port`."""
+    assert command.startswith(".venv/bin/token-finalizer ")
+    return [*shlex.split(command.removeprefix(".venv/bin/token-finalizer ")), "--port", str(port)]
+
+
+def test_quickstart_remote_servers_start_from_the_commands_shown(tmp_path: Path) -> None:
+    """The remote section's store and finalizer start as written (on a free port), and are ready."""
+    section = quickstart_sections()[1]
+    store_port, finalizer_port = free_port(), free_port()
+    store_url = f"http://127.0.0.1:{store_port}"
+    [store_command] = _commands(_shown_after(section, ".venv/bin/token-finalizer store")[0])
+    printf, serve = _commands(_shown_after(section, "printf ")[0])
+    with running_process(_as_cli(store_command, store_port), port=store_port, cwd=tmp_path):
+        subprocess.run(["bash", "-c", printf.replace(_DOC_STORE, store_url)], cwd=tmp_path,
+                       check=True, timeout=30)  # fmt: skip
+        args = _as_cli(serve, finalizer_port)
+        with running_process(args, port=finalizer_port, cwd=tmp_path):
+            ready = httpx.get(f"http://127.0.0.1:{finalizer_port}/ready", timeout=30).json()
+    assert ready == {"status": "ready", "sources": {"store": {"reachable": True}}}
+    assert (tmp_path / "capture-store").is_dir()
 
 
 def _write_rollouts(directory: Path, cwd: Path, *rollout_ids: str) -> None:

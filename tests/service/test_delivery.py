@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.captures import assert_prefix_contiguous, make_entry, record_for
 from tests.support.stores import stored_state
-from token_finalizer import MemoryTokenStore, Snapshot
+from token_finalizer import FileTokenStore, MemoryTokenStore, Snapshot
 from token_finalizer.core.delivery import (
     _REDUNDANT_CAPTURE_KEY,
     MASK_SAMPLE_KEY,
@@ -197,6 +198,13 @@ async def test_empty_snapshot_hint_names_store_delete(memory_store: MemoryTokenS
     build = await finalize_rollout_token_capture(record, memory_store)
     assert "token-finalizer store delete never-written" in build["hint"]
     assert record[TOKEN_CAPTURE_KEY]["hint"] == build["hint"]
+
+
+async def test_empty_snapshot_hint_names_the_store_it_came_from(tmp_path: Path) -> None:
+    """From a file store, the hint's `store delete` names the store's `--dir` too."""
+    record = record_for("never-written")
+    build = await finalize_rollout_token_capture(record, FileTokenStore(tmp_path / "capture"))
+    assert f"`token-finalizer store delete never-written --dir {tmp_path}/capture`" in build["hint"]
 
 
 async def test_incomplete_by_mark_masks(memory_store: MemoryTokenStore) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from token_finalizer import InvalidRolloutId, check_store_id, rollout_id_of
-from token_finalizer.core.identity import check_model_call_id
+from token_finalizer.core.identity import check_model_call_id, check_new_store_id
 
 
 def test_explicit_rollout_id_wins() -> None:
@@ -116,3 +116,24 @@ def test_model_call_id_refusal_is_an_invalid_rollout_id_naming_the_field() -> No
 def test_model_call_id_accepts_what_engines_name_calls(call_id: str) -> None:
     """Colons, slashes, dots, spaces, `%` and non-ASCII letters pass unchanged."""
     assert check_model_call_id(call_id) == call_id
+
+
+@pytest.mark.parametrize("bad", ["_x1", "-x1", ".x1"])
+def test_a_new_store_id_keeps_gyms_rule(bad: str) -> None:
+    """A write's id starting with `_`, `-` or `.` is an InvalidRolloutId naming it and the rule."""
+    with pytest.raises(InvalidRolloutId) as refused:
+        check_new_store_id(bad)
+    assert f"{bad!r} must match ^[A-Za-z0-9][A-Za-z0-9._-]*$" in str(refused.value)
+
+
+def test_the_writers_rule_is_the_one_finalize_applies() -> None:
+    """An id a writer may use is one `_ng_rollout_id` may name, and the other way round."""
+    for rollout_id in ("x1", "_x1", "-x1", ".x1", "7-0.a_b"):
+        record = {"_ng_rollout_id": rollout_id}
+        try:
+            check_new_store_id(rollout_id)
+        except InvalidRolloutId:
+            with pytest.raises(InvalidRolloutId):
+                rollout_id_of(record)
+        else:
+            assert rollout_id_of(record) == rollout_id

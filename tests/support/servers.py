@@ -93,8 +93,9 @@ def running_process(
     log: Path | None = None,
     stop_signal: int = signal.SIGINT,
     preexec_fn: Callable[[], None] | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[subprocess.Popen]:
-    """Run `python -m token_finalizer.cli ARGS` until the block ends; yield the process.
+    """Run `python -m token_finalizer.cli ARGS` (in `cwd`) until the block ends; yield the process.
 
     Its output goes to `log`, or to a temporary file (a pipe nobody reads would
     block a chatty server), and is shown if the server never becomes healthy.
@@ -108,6 +109,7 @@ def running_process(
             stdout=output,
             stderr=subprocess.STDOUT,
             preexec_fn=preexec_fn,
+            cwd=cwd,
         )
         try:
             try:

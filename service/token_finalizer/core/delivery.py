@@ -33,7 +33,7 @@ from token_finalizer.core.errors import (
     describe_exception,
 )
 from token_finalizer.core.identity import RecordKey, record_key
-from token_finalizer.core.protocols import ExtrasSource, TokenSource
+from token_finalizer.core.protocols import AddressedSource, ExtrasSource, TokenSource
 from token_finalizer.core.rebuild import BUILDER_NAME, rebuild_snapshot
 from token_finalizer.core.staged_build import build_staged
 from token_finalizer.core.staging import ReceiptPolicy
@@ -295,6 +295,7 @@ async def _rebuilt(
         model=_record_model(result),
         record=result,
         terminal_attribution=terminal_attribution,
+        store_option=source.store_option if isinstance(source, AddressedSource) else "",
     )
     tokens = sum(e.cumulative_length for e in snapshot.entries)
     if tokens >= BUILD_IN_THREAD_MIN_TOKENS:

@@ -2,25 +2,36 @@
 
 Model servers put the same id into `/ng-rollout/<id>/training-token-capture`,
 so the string must survive unchanged as a file name and as a URL path segment.
-The id rule itself is the wire contract's (`token_finalizer_client.protocol`,
-docs/records-and-builds.md#store-id-rule), shared with every writer; here its
-refusals become `InvalidRolloutId`, the error every store and the finalize
-path handle.
+The id rules themselves are the wire contract's (`token_finalizer_client.protocol`,
+docs/records-and-builds.md#store-id-rule), shared with every writer: any store
+id may be read, inspected or deleted (`check_store_id`), but a capture is only
+written under an id that also keeps NeMo Gym's rule (`check_new_store_id`), the
+one finalize applies to `_ng_rollout_id`. Here their refusals become
+`InvalidRolloutId`, the error every store and the finalize path handle.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer.core.errors import InvalidRolloutId
-from token_finalizer_client.protocol import InvalidIdError, check_call_id, check_rollout_id
+from token_finalizer_client.protocol import (
+    ROLLOUT_ID_RULE,
+    InvalidIdError,
+    check_call_id,
+    check_new_rollout_id,
+    check_rollout_id,
+)
 
-__all__ = ["RecordKey", "check_model_call_id", "check_store_id", "record_key", "rollout_id_of"]
-
-# ASCII only: `str.isalnum` and `\w` would admit look-alike letters from other scripts.
-_RECORD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)
+__all__ = [
+    "RecordKey",
+    "check_model_call_id",
+    "check_new_store_id",
+    "check_store_id",
+    "record_key",
+    "rollout_id_of",
+]
 
 
 def check_store_id(value: object, *, what: str = "rollout id") -> str:
@@ -32,6 +43,19 @@ def check_store_id(value: object, *, what: str = "rollout id") -> str:
     """
     try:
         return check_rollout_id(value, what)
+    except InvalidIdError as invalid:
+        raise InvalidRolloutId(str(invalid)) from None
+
+
+def check_new_store_id(value: object, *, what: str = "rollout id") -> str:
+    """Return `value` when a capture may be written under it, else raise InvalidRolloutId.
+
+    Every write (a call's entry, an intent, an incomplete mark, a staged call, a
+    ledger row) checks this first: an id starting with `_`, `-` or `.` is a store
+    id, but no finalize would ever take it (docs/records-and-builds.md#store-id-rule).
+    """
+    try:
+        return check_new_rollout_id(value, what)
     except InvalidIdError as invalid:
         raise InvalidRolloutId(str(invalid)) from None
 
@@ -64,7 +88,7 @@ def rollout_id_of(record: object) -> str | None:
         return None
     explicit = record.get("_ng_rollout_id")
     if explicit is not None:
-        if not isinstance(explicit, str) or not _RECORD_ID.fullmatch(explicit):
+        if not isinstance(explicit, str) or not ROLLOUT_ID_RULE.fullmatch(explicit):
             # NeMo Gym 0.7's words, byte for byte: the record's error quotes them
             # (docs/records-and-builds.md#error-strings).
             raise InvalidRolloutId(

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from token_finalizer.core.entries import Snapshot, TokenEntry
 
-__all__ = ["ExtrasSource", "TokenSink", "TokenSource"]
+__all__ = ["AddressedSource", "ExtrasSource", "TokenSink", "TokenSource"]
 
 
 @runtime_checkable
@@ -64,4 +64,15 @@ class ExtrasSource(Protocol):
         self, rollout_id: str, call_ids: Sequence[str]
     ) -> Mapping[str, Mapping[str, Any] | None]:
         """Each staged call's extras (None: it staged none); a call not staged is absent."""
+        ...
+
+
+@runtime_checkable
+class AddressedSource(Protocol):
+    """A source an operator's `token-finalizer store` commands can name (file, redis)."""
+
+    @property
+    def store_option(self) -> str:
+        """The options naming this store to `token-finalizer store` (`--dir PATH`,
+        `--redis URL`, credentials left out); quoted for a shell."""
         ...

@@ -47,11 +47,12 @@ BUILDER_NAME = "prefix_merging"
 # Error texts of failed builds: a contract (docs/records-and-builds.md#error-strings);
 # this one is NeMo Gym 0.7's, byte for byte (tests/vectors/nemo_gym_0_7/errors.json).
 EMPTY_CAPTURE_ERROR = "capture contains no token records"
-# Its hint: finalizing a wrong or early id froze that id for good.
+# Its hint: finalizing a wrong or early id froze that id for good. `{store}` is the
+# source's own `token-finalizer store` option (` --dir PATH`), when it has one.
 EMPTY_CAPTURE_HINT = (
     "finalize froze rollout {rollout_id} all the same, so a later write to it is refused: "
     "if the id is wrong or its rollout was not finished, remove the capture with "
-    "`token-finalizer store delete {rollout_id}`"
+    "`token-finalizer store delete {rollout_id}{store}`"
 )
 DUPLICATE_CALL_ID_ERROR = "duplicate model_call_id in capture"
 
@@ -193,13 +194,16 @@ def rebuild_snapshot(
     model: str = "",
     record: Mapping[str, Any] | None = None,
     terminal_attribution: bool = True,
+    store_option: str = "",
 ) -> Build:
     """Rebuild the response of one frozen snapshot; a failure is a masked build, not a raise.
 
     `record` is the finished rollout record: terminal attribution reads the
     verifier's choice from it, and a record already marked `mask_sample`
     masks the build (MaskReason.RECORD_MASKED) so that it is never retired. Without a
-    record nothing is attributed.
+    record nothing is attributed. `store_option` names the snapshot's store to
+    `token-finalizer store` (`--dir PATH`, `--redis URL`) in the hints that
+    tell an operator to run one (docs/records-and-builds.md#hints).
     """
     if not snapshot.entries:
         # The freeze that found nothing still froze the id: the hint says so
@@ -207,7 +211,9 @@ def rebuild_snapshot(
         empty = BuildFailed(
             EMPTY_CAPTURE_ERROR,
             reason=MaskReason.EMPTY_CAPTURE,
-            hint=EMPTY_CAPTURE_HINT.format(rollout_id=snapshot.rollout_id),
+            hint=EMPTY_CAPTURE_HINT.format(
+                rollout_id=snapshot.rollout_id, store=f" {store_option}" if store_option else ""
+            ),
         )
         return _failed(snapshot, empty, None, "")
     if terminal_attribution and record is not None:

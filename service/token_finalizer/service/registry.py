@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from token_finalizer._constants import READY_PING_TIMEOUT_S
 from token_finalizer.core.entries import Snapshot
 from token_finalizer.core.errors import StoreNodeUnreachable, describe_exception
-from token_finalizer.core.protocols import TokenSource
+from token_finalizer.core.protocols import AddressedSource, TokenSource
 from token_finalizer.core.redaction import redact
 from token_finalizer.service.errors import UnknownSource
 from token_finalizer.service.metrics import ServiceMetrics
@@ -104,6 +104,12 @@ class InstrumentedSource:
     async def memory_health(self) -> MemoryHealth | None:
         """The wrapped source's memory (docs/capacity.md)."""
         return await self.inner.memory_health()
+
+    @property
+    def store_option(self) -> str:
+        """The wrapped source's `token-finalizer store` option ('' when it has none), for hints."""
+        inner = self.inner
+        return inner.store_option if isinstance(inner, AddressedSource) else ""
 
     async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
         """The extras of staged calls, through the wrapped source."""

@@ -13,6 +13,7 @@ from token_finalizer.core.codec import (
 )
 from token_finalizer.core.entries import TokenEntry
 from token_finalizer.core.errors import TokenEntryError
+from token_finalizer.core.identity import check_new_store_id
 
 __all__ = ["entry_parts", "entry_payload"]
 
@@ -40,6 +41,9 @@ def entry_parts(entry: object) -> tuple[TokenEntry, bytes, Mapping[str, Any]]:
         payload = model_dump()
     _require_token_arrays(payload)
     parsed = TokenEntry.from_dict(payload)
+    # Writes only: an id finalize would refuse is never stored
+    # (docs/records-and-builds.md#store-id-rule).
+    check_new_store_id(parsed.rollout_id, what="rollout_id")
     try:
         line = dumps_entry_line(payload)
     except TypeError:  # orjson: an integer outside 64 bits, or a value JSON cannot hold

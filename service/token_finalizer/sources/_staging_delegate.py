@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from token_finalizer.core.identity import check_new_store_id
 from token_finalizer.core.staging import LedgerResolution, RolloutManifest, StagedCallRecord
 from token_finalizer.sources.base import (
     Attachment,
@@ -36,10 +37,12 @@ class StagingDelegate:
 
     async def record_ledger_row(self, rollout_id: str, row: Mapping[str, Any]) -> bool:
         """Append a committed ledger row (write-once); False for an identical replay."""
+        check_new_store_id(rollout_id)
         return await self._staging.record_ledger_row(rollout_id, row)
 
     async def record_ledger_failure(self, rollout_id: str, model_call_id: str, reason: str) -> bool:
         """Append a failure row; False when that (call, reason) row is already stored."""
+        check_new_store_id(rollout_id)
         return await self._staging.record_ledger_failure(rollout_id, model_call_id, reason)
 
     async def ledger_has_rows(self, rollout_id: str) -> bool:
@@ -58,6 +61,7 @@ class StagingDelegate:
         self, record: StagedCallRecord, attachments: Mapping[str, Attachment] | None = None
     ) -> bool:
         """Store one staged call after the custody checks; False for an identical replay."""
+        check_new_store_id(record.rollout_id)
         return await self._staging.stage(record, attachments)
 
     async def fetch_staged(

@@ -18,7 +18,7 @@ from typing import Any
 from token_finalizer._constants import LINEAGE_CACHE_MAX_TOKENS, STORE_ENCODE_IN_THREAD_MIN_TOKENS
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict
-from token_finalizer.core.identity import check_model_call_id, check_store_id
+from token_finalizer.core.identity import check_model_call_id, check_new_store_id, check_store_id
 from token_finalizer.core.lineage_chains import ChainCache, ScopedChains, remember_committed
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE, RolloutLineage
 from token_finalizer.core.lineage_resolution import Resolution
@@ -144,6 +144,7 @@ class MemoryTokenStore(StagingDelegate):
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture (allowed after freeze)."""
+        check_new_store_id(rollout_id)
         if model_call_id:
             check_model_call_id(model_call_id)
         with self._lock:
@@ -156,6 +157,7 @@ class MemoryTokenStore(StagingDelegate):
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce a call; a snapshot missing its entry is incomplete."""
+        check_new_store_id(rollout_id)
         check_model_call_id(model_call_id)
         with self._lock:
             rollout = self._rollout(rollout_id)

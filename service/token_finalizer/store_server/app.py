@@ -27,7 +27,7 @@ from token_finalizer.core.errors import (
     StoreUnreachable,
     TokenEntryError,
 )
-from token_finalizer.core.identity import check_model_call_id, check_store_id
+from token_finalizer.core.identity import check_model_call_id, check_new_store_id, check_store_id
 from token_finalizer.sources.base import CaptureStore
 from token_finalizer.store_server._answers import freeze_answer, resolve_answer
 from token_finalizer.store_server._delta_put import full_body
@@ -227,7 +227,7 @@ def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader)
 
     @app.post(PROTOCOL_PREFIX + "/incomplete")
     async def mark_incomplete(rollout_id: str, request: Request) -> Response:
-        check_store_id(rollout_id)
+        check_new_store_id(rollout_id)
         body = (await read(request, allow_empty=True)).data
         await store.mark_incomplete(rollout_id, optional_call_id(body))
         return json_response({"incomplete": True})
@@ -248,14 +248,15 @@ def _install_hot_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> 
     answered = AnsweredIds()  # docs/store-protocol.md#known-prefix
 
     async def put_call(request: Request) -> Response:
-        rollout_id = check_store_id(request.path_params["rollout_id"])
+        # Writes take only ids finalize can take (docs/records-and-builds.md#store-id-rule).
+        rollout_id = check_new_store_id(request.path_params["rollout_id"])
         model_call_id = check_model_call_id(path_call_id(request.scope))
         body = await full_body(store, (await read(request)).data, rollout_id)
         await store.put(call_entry(body, rollout_id, model_call_id))
         return json_response({"stored": True})
 
     async def begin_call(request: Request) -> Response:
-        rollout_id = check_store_id(request.path_params["rollout_id"])
+        rollout_id = check_new_store_id(request.path_params["rollout_id"])
         body = (await read(request)).data
         await store.begin_call(rollout_id, required_call_id(body))
         return json_response({"announced": True})

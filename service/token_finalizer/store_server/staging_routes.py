@@ -28,7 +28,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from token_finalizer._constants import STORE_ENCODE_IN_THREAD_MIN_BYTES
-from token_finalizer.core.identity import check_store_id
+from token_finalizer.core.identity import check_new_store_id, check_store_id
 from token_finalizer.core.staging import CustodyRefusal, StagingRecordError, staging_key
 from token_finalizer.sources.base import CaptureStore
 from token_finalizer.store_server._staging_requests import (
@@ -65,7 +65,7 @@ def install_staging_routes(app: FastAPI, store: CaptureStore, read_body: BodyRea
 
     @app.post(ROLLOUT_ROUTE + "/ledger/records")
     async def record_row(rollout_id: str, request: Request) -> Response:
-        check_store_id(rollout_id)
+        check_new_store_id(rollout_id)
         row = ledger_row_request((await read_body(request)).data)
         try:
             recorded = await store.record_ledger_row(rollout_id, row)
@@ -75,7 +75,7 @@ def install_staging_routes(app: FastAPI, store: CaptureStore, read_body: BodyRea
 
     @app.post(ROLLOUT_ROUTE + "/ledger/failures")
     async def record_failure(rollout_id: str, request: Request) -> Response:
-        check_store_id(rollout_id)
+        check_new_store_id(rollout_id)
         call_id, reason = failure_request((await read_body(request)).data)
         try:
             recorded = await store.record_ledger_failure(rollout_id, call_id, reason)
@@ -98,7 +98,7 @@ def install_staging_routes(app: FastAPI, store: CaptureStore, read_body: BodyRea
 
     @app.put(STAGE_ROUTE)
     async def stage(rollout_id: str, request: Request) -> Response:
-        check_store_id(rollout_id)
+        check_new_store_id(rollout_id)
         call_id = staged_call_id(request.scope)
         body = (await read_body(request)).data
         record, attachments = stage_request(body, rollout_id, call_id)

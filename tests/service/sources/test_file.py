@@ -264,3 +264,9 @@ async def test_delete_removes_every_file(file_store: FileTokenStore, capture_dir
     await file_store.mark_incomplete("r1", "c2")
     await file_store.admin.delete("r1")
     assert list(capture_dir.iterdir()) == []
+
+
+def test_store_option_names_the_directory_as_opened(tmp_path: Path) -> None:
+    """`--dir PATH`, shell-quoted, as the store was opened (docs/records-and-builds.md#hints)."""
+    assert FileTokenStore(tmp_path / "my capture").store_option == f"--dir '{tmp_path}/my capture'"
+    assert FileTokenStore("./capture").store_option == "--dir capture"

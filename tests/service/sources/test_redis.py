@@ -463,3 +463,24 @@ def test_urls_are_shown_without_credentials_or_query() -> None:
     assert shown == "rediss://cache.example:6380/3"
     with pytest.raises(ValueError, match="names no host"):
         check_redis_url("redis:///0")
+
+
+# -- how operators' commands name the store (hints) --------------------------------------------
+
+
+async def test_store_option_names_the_url_and_prefix_without_the_password() -> None:
+    """`--redis URL --key-prefix P` as the store was opened, the URL's password left out."""
+    store = RedisTokenStore(_dead_url(PASSWORD), key_prefix="ng:", timeout_s=1)
+    await store.close()
+    option = store.store_option
+    assert PASSWORD not in option
+    assert option.startswith("--redis redis://127.0.0.1:") and option.endswith(
+        "/0 --key-prefix ng:"
+    )
+
+
+async def test_store_option_of_a_store_without_a_prefix_is_the_url_alone(redis_url: str) -> None:
+    """No key prefix: `--redis URL` and nothing more."""
+    store = RedisTokenStore(redis_url)
+    await store.close()
+    assert store.store_option == f"--redis {redis_url}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import time
 import uuid
 from typing import Any
@@ -28,6 +29,8 @@ from token_finalizer.core.codec import dumps_entry_line
 
 pytestmark = pytest.mark.anyio
 
+# NeMo Gym's rule, which every write keeps (docs/records-and-builds.md#store-id-rule).
+WRITERS_RULE = "must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"
 BAD_IDS = ["..", "../etc", "a/b", "a\\b", "%2e%2e", "a%2Fb", "a b", "a\x00b", "ｒ1", "é", "", "{x}"]
 # Call ids are not keys: anything but control characters and lone surrogates (0.7's ids).
 BAD_CALL_IDS = ["", "a\x00b", "a\nb", "a\rb", "c\x1b[2J", "c\x85", "\ud800", "x" * 201]
@@ -384,6 +387,29 @@ async def test_bad_rollout_ids_are_refused(store: Any, bad: str) -> None:
             await attempt()
     with pytest.raises(TokenEntryError):
         await store.put(make_entry("r1", "c1", [1], [2]) | {"rollout_id": bad})
+
+
+@pytest.mark.parametrize("bad", ["_x1", "-x1", ".x1"])
+async def test_writes_under_an_id_finalize_refuses_are_refused(store: Any, bad: str) -> None:
+    """put, begin_call, mark_incomplete and the ledger refuse `_x1`, naming Gym's rule."""
+    attempts = (
+        lambda: store.put(make_entry(bad, "c1", [1], [2])),
+        lambda: store.begin_call(bad, "c1"),
+        lambda: store.mark_incomplete(bad, "c1"),
+        lambda: store.record_ledger_row(bad, {}),
+        lambda: store.record_ledger_failure(bad, "c1", "engine crashed"),
+    )
+    for attempt in attempts:
+        with pytest.raises(InvalidRolloutId, match=re.escape(WRITERS_RULE)):
+            await attempt()
+    assert await store.admin.status(bad) is None
+
+
+async def test_a_capture_under_such_an_id_can_still_be_read_and_deleted(store: Any) -> None:
+    """Freeze and delete still take `_x1`: a capture stored before the rule is removable."""
+    assert (await store.freeze("_x1")).entries == ()
+    assert await store.admin.delete("_x1")
+    assert await store.admin.status("_x1") is None
 
 
 @pytest.mark.parametrize("bad", [b for b in BAD_CALL_IDS if b])

@@ -174,6 +174,20 @@ def test_put_after_retire_is_409(store: Store, rid: str) -> None:
     assert (response.status_code, "retired" in response.json()["error"]) == (409, True)
 
 
+@pytest.mark.parametrize("bad", ["_x1", "-x1", ".x1"])
+def test_writes_under_an_id_finalize_refuses_are_422_naming_it(store: Store, bad: str) -> None:
+    """put, intents and incomplete of `_x1` answer 422 naming the id and Gym's rule; none stored."""
+    answers = [
+        store.put(entry(bad)),
+        store.http.post(store.path(bad, "intents"), json={"model_call_id": "c1"}),
+        store.http.post(store.path(bad, "incomplete"), json={"model_call_id": "c1"}),
+    ]
+    for response in answers:
+        assert response.status_code == 422
+        assert f"{bad!r} must match ^[A-Za-z0-9][A-Za-z0-9._-]*$" in response.json()["error"]
+    assert stored_state(store.backend, bad) is None
+
+
 def test_invalid_entry_is_422_naming_the_field(store: Store, rid: str) -> None:
     """An entry whose log probs do not match its generation answers 422 naming the field."""
     payload = {**entry(rid), "generation_log_probs": [-0.1]}

@@ -457,3 +457,23 @@ def test_a_json_attachment_that_cannot_come_back_exactly_is_422(
     path = _path(chat, f"staged/{record.model_call_id}")
     response = http.put(path, content=content, headers=headers)
     assert response.status_code == 422
+
+
+# -- the writers' id rule -------------------------------------------------------------------
+
+
+def test_staging_writes_under_an_id_finalize_refuses_are_422(http: httpx.Client) -> None:
+    """Stage, ledger row and failure of rollout `_x1`: 422 naming the id and Gym's rule."""
+    chat = Conversation.of("_x1", 1)
+    answers = [
+        _stage(http, chat, 0),
+        _commit(http, chat, 0),
+        http.post(
+            _path(chat, "ledger/failures"),
+            json={"model_call_id": "c0", "reason": "engine crashed"},
+            headers=WRITER,
+        ),
+    ]
+    rule = "'_x1' must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"
+    for response in answers:
+        assert (response.status_code, rule in response.json()["error"]) == (422, True)

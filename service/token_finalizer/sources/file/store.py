@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from token_finalizer._constants import LINEAGE_CACHE_MAX_TOKENS, LINEAGE_INDEX_M
 from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, StoreUnreachable
-from token_finalizer.core.identity import check_model_call_id, check_store_id
+from token_finalizer.core.identity import check_model_call_id, check_new_store_id, check_store_id
 from token_finalizer.core.lineage_chains import ChainCache
 from token_finalizer.core.lineage_index import EMPTY_LINEAGE
 from token_finalizer.core.lineage_resolution import Resolution, check_resolution_request
@@ -241,6 +242,16 @@ class FileTokenStore(StagingDelegate):
         return f"FileTokenStore({str(self.directory)!r})"
 
     @property
+    def store_option(self) -> str:
+        """`--dir PATH`: this store to `token-finalizer store` (hints name it).
+
+        PATH as the store was opened with it: a finalizer's configured `dir`,
+        relative to where the finalizer runs when it is relative (`--dir capture`
+        for the embedded default), as an operator beside it types it.
+        """
+        return f"--dir {shlex.quote(str(self.directory))}"
+
+    @property
     def admin(self) -> FileStoreAdmin:
         """Inspect, delete and sweep this directory."""
         return self._admin
@@ -309,7 +320,7 @@ class FileTokenStore(StagingDelegate):
         files.write_state(state)
 
     def _mark_incomplete(self, rollout_id: str, model_call_id: str) -> None:
-        files = self._files(rollout_id)
+        files = self._files(check_new_store_id(rollout_id))
         if model_call_id:
             check_model_call_id(model_call_id)
         with files.locked(exclusive=True):
@@ -321,7 +332,7 @@ class FileTokenStore(StagingDelegate):
             self._mark_incomplete_locked(files, state, rollout_id, model_call_id)
 
     def _begin_call(self, rollout_id: str, model_call_id: str) -> None:
-        files = self._files(rollout_id)
+        files = self._files(check_new_store_id(rollout_id))
         check_model_call_id(model_call_id)
         with files.locked(exclusive=True):
             files.check_files()

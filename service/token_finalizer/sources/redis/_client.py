@@ -44,6 +44,7 @@ replicas have it (WAIT on the script's own connection).
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
@@ -127,6 +128,19 @@ def _where(seeds: Sequence[str], cluster: bool) -> str:
     return f"cluster {shown}{more}"
 
 
+def _store_option(seeds: Sequence[str], cluster: bool, key_prefix: str) -> str:
+    """How `token-finalizer store` names this store; credentials are never shown, so a
+    password-protected server needs its password added to the URL by whoever runs it."""
+    if not seeds:
+        return ""
+    words = ["--redis", redacted_url(seeds[0])]
+    if cluster:
+        words.append("--redis-cluster")
+    if key_prefix:
+        words += ["--key-prefix", key_prefix]
+    return shlex.join(words)
+
+
 class RedisConnection:
     """The client of one redis store, its key names and its scripts.
 
@@ -161,6 +175,7 @@ class RedisConnection:
         else:
             seeds = tuple(urls)
             self.where = _where(seeds, cluster) if seeds else type(client).__name__
+        self.store_option = _store_option(seeds, cluster, self.key_prefix)
         self.redis = RetryingRedis(
             seeds,
             cluster=cluster,

@@ -46,7 +46,7 @@ from token_finalizer._constants import (
 from token_finalizer.core.codec import loads_json
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, SourceUnavailable
-from token_finalizer.core.identity import check_model_call_id, check_store_id
+from token_finalizer.core.identity import check_model_call_id, check_new_store_id, check_store_id
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.store_urls import check_redis_url
 from token_finalizer.core.token_ids import Ids
@@ -230,6 +230,13 @@ class RedisTokenStore(StagingDelegate):
         return self._redis.key_prefix
 
     @property
+    def store_option(self) -> str:
+        """`--redis URL` (no credentials), `--redis-cluster` and `--key-prefix` as this store
+        was opened: how `token-finalizer store` names it (hints name it); '' for a client
+        handed in without a URL."""
+        return self._redis.store_option
+
+    @property
     def node(self) -> str:
         """`host:port` of the server the URL names (a cluster's first seed), for health reports."""
         return self._redis.node
@@ -314,7 +321,7 @@ class RedisTokenStore(StagingDelegate):
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
         """Record that a call of this rollout failed to capture (allowed after freeze)."""
-        check_store_id(rollout_id)
+        check_new_store_id(rollout_id)
         if model_call_id:
             check_model_call_id(model_call_id)
         reply = await self._redis.run(
@@ -329,7 +336,7 @@ class RedisTokenStore(StagingDelegate):
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
         """Announce a call; if its entry is missing at freeze time the snapshot is incomplete."""
-        check_store_id(rollout_id)
+        check_new_store_id(rollout_id)
         check_model_call_id(model_call_id)
         reply = await self._redis.run(
             "begin_call", rollout_id, (model_call_id, self._abandoned_ms), "begin_call"
