@@ -169,6 +169,26 @@ async def test_a_forged_prefix_reference_is_refused(
     assert len((await store.freeze_lines(rid)).lines) == 1
 
 
+@pytest.mark.parametrize(
+    ("suffix", "named"),
+    [(["7"], "prompt_suffix must be a flat list"), ([2**64], "in prompt_suffix"), ([True], "flat")],
+)
+async def test_a_suffix_of_no_token_ids_is_refused(
+    store_url: str, store: Any, suffix: list[Any], named: str
+) -> None:
+    """A delta put whose suffix holds a non-id (a string, 2**64, a boolean): 422 naming the
+    suffix, nothing stored."""
+    rid = _rid()
+    parent, child = _chain(rid, 2)
+    body = dict(_delta_body(child, parent, {}), prompt_suffix=suffix)
+    async with httpx.AsyncClient(base_url=store_url) as client:
+        await client.put(f"/ng-rollout/{rid}/training-token-capture/calls/c0", json=parent)
+        answer = await client.put(f"/ng-rollout/{rid}/training-token-capture/calls/c1", json=body)
+    assert answer.status_code == 422
+    assert named in answer.json()["error"]
+    assert len((await store.freeze_lines(rid)).lines) == 1
+
+
 async def test_the_sink_falls_back_to_the_full_entry(
     sink: HttpTokenSink, store: Any, served: Any
 ) -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from token_finalizer.core.delta import materialize
-from token_finalizer.core.errors import TokenEntryError
+from token_finalizer.core.errors import TokenEntryError, TokenIdOutOfRange
 from token_finalizer.core.token_digest import token_digest
-from token_finalizer.core.token_ids import Ids, join_ids
+from token_finalizer.core.token_ids import Ids, check_token_id_list, join_ids
 from token_finalizer.sources.base import CaptureStore
 
 __all__ = ["PROMPT_REF", "PROMPT_SUFFIX", "full_body"]
@@ -77,5 +77,16 @@ async def full_body(store: CaptureStore, body: dict[str, Any], rollout_id: str) 
             f"prompt_ref.digest is not the digest of the first {length} ids of call {parent}"
         )
     full = {key: value for key, value in body.items() if key not in (PROMPT_REF, PROMPT_SUFFIX)}
-    full["prompt_token_ids"] = [*ids[:length].tolist(), *suffix]
+    # An array, not a list: the entry's validation takes the store's own ids as they are
+    # and checks the suffix in C (no Python int per id of the context).
+    full["prompt_token_ids"] = join_ids((ids[:length], _suffix_ids(suffix)))
     return full
+
+
+def _suffix_ids(suffix: list[Any]) -> Ids:
+    try:
+        return check_token_id_list(suffix)
+    except TokenIdOutOfRange as exc:
+        raise TokenIdOutOfRange(f"{exc} (in prompt_suffix)") from None
+    except (TypeError, ValueError, OverflowError):
+        raise TokenEntryError("prompt_suffix must be a flat list of integers") from None
