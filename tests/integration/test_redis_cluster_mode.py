@@ -1,7 +1,10 @@
 """Issue 29, item 5: a Redis Cluster node given without `--redis-cluster` is refused at start.
 
 Such a node answers PING and serves only its own slots; every other key is a
-MOVED that writers retry as if the store were down.
+MOVED that writers retry as if the store were down. The same node named by a
+finalizer's `redis` source without `cluster: true` is refused by
+`token-finalizer serve` too: it would report ready and answer 503 "retry"
+for every rollout.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support.redis_processes import RedisProcess, free_ports, redis_server_available
 
@@ -48,3 +52,23 @@ def test_store_serve_refuses_a_cluster_node_without_redis_cluster(
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2
     assert len(errors) == 1 and "--redis-cluster" in errors[0] and "cluster: true" in errors[0]
+
+
+def test_serve_refuses_a_redis_source_on_a_cluster_node_without_cluster_true(
+    cluster_node: RedisProcess, tmp_path: Path
+) -> None:
+    """`token-finalizer serve` exits 2, one line naming the source and `cluster: true`."""
+    config = tmp_path / "finalizer.yaml"
+    source = {"kind": "redis", "url": cluster_node.url}
+    config.write_text(yaml.safe_dump({"sources": {"default": "shared", "shared": source}}))
+    (port,) = free_ports(1)
+    args = ["serve", "--config", str(config), "--port", str(port)]
+    done = subprocess.run(
+        [sys.executable, "-m", "token_finalizer.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    refused = [line for line in done.stderr.splitlines() if "'shared'" in line]
+    assert done.returncode == 2
+    assert len(refused) == 1 and "cluster: true" in refused[0]
