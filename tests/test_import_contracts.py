@@ -43,13 +43,18 @@ def _imports_of(path: Path, package_root: Path) -> set[str]:
     """Every project module `path` imports, at any depth of the file (TYPE_CHECKING included)."""
     import ast
 
-    module = ".".join(path.relative_to(package_root).with_suffix("").parts)
+    parts = path.relative_to(package_root).with_suffix("").parts
+    module = ".".join(parts)
+    # A relative import counts from the file's package (`__init__` is its own package).
+    package = parts[:-1]
     tree = ast.parse(path.read_text())
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            origin = ".".join([*base, *([node.module] if node.module else [])])
+            names.add(origin)
+            names.update(f"{origin}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
     return {name for name in names if name != module}

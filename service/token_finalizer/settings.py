@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -132,6 +133,24 @@ class RedisSettings(_Strict):
         return _redis_urls(self.url, self.urls)
 
 
+def _check_http_host(url: str) -> None:
+    """ValueError unless `url` names a host and, if any, a port in [1, 65535].
+
+    Such a typo otherwise starts, and masks every record with an error that
+    names no setting; the message never shows the URL's password.
+    """
+    shown = redact(url)
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if not parts.hostname:
+        raise ValueError(f"url {shown!r} names no host")
+    if port == 0:
+        raise ValueError(f"url {shown!r} has a port that is not a number in [1, 65535]")
+
+
 class SourceSettings(_Strict):
     kind: Literal["file", "http", "memory", "redis"]
     dir: str | None = None
@@ -170,6 +189,7 @@ class SourceSettings(_Strict):
                 # Redacted: this line is printed at start-up (issue 29).
                 shown = redact(self.url)
                 raise ValueError(f"url {shown!r} must start with http:// or https://")
+            _check_http_host(self.url)
         if self.kind == "redis":
             check_redis_seeds(_redis_urls(self.url, self.urls), cluster=self.cluster)
             if self.key_prefix is not None:

@@ -19,8 +19,10 @@ from tests.support.captures import make_entry, record_for
 from tests.support.redis import redis_url as find_redis_url
 from tests.support.redis import unique_prefix
 from tests.support.servers import free_port, running_process
+from tests.support.staging_stores import Conversation
 from token_finalizer.core.delivery import finalize_record
 from token_finalizer.sources.http import HttpTokenSource
+from token_finalizer.sources.redis import RedisTokenStore
 
 pytestmark = pytest.mark.anyio
 
@@ -84,3 +86,47 @@ async def test_garbage_behind_the_store_server_masks_the_record(
     assert built is not None
     build = built.to_dict()
     assert (build["mask_sample"], build["error"].startswith("SourceUnavailable: ")) == (True, True)
+
+
+async def _stage_a_rollout(served: Served, rollout_id: str) -> dict[str, str]:
+    """Two calls staged and committed, as a worker and a model server write them; its record."""
+    chat = Conversation.of(rollout_id, 2)
+    store = RedisTokenStore(served.redis_url, key_prefix=served.prefix)
+    try:
+        for record, row in zip(chat.records, chat.rows, strict=True):
+            await store.stage(record)
+            await store.record_ledger_row(rollout_id, row)
+    finally:
+        await store.close()
+    return {"_ng_rollout_id": rollout_id, "response": {"id": "resp-c2"}}
+
+
+def _staged_a_string(client: redis.Redis, served: Served, rollout_id: str) -> None:
+    client.delete(served.key(rollout_id, "staged"))
+    client.set(served.key(rollout_id, "staged"), "garbage")
+
+
+def _ledger_a_hash(client: redis.Redis, served: Served, rollout_id: str) -> None:
+    client.delete(served.key(rollout_id, "ledger"))
+    client.hset(served.key(rollout_id, "ledger"), "row", "garbage")
+
+
+@pytest.mark.parametrize(
+    "corrupt", [_staged_a_string, _ledger_a_hash], ids=["staged-type", "ledger-type"]
+)
+async def test_garbage_in_a_staged_rollout_behind_the_store_server_masks_it(
+    served: Served, corrupt: Corruption
+) -> None:
+    """A staged rollout whose staged or ledger key holds the wrong type masks; never a 503."""
+    rollout_id = f"garbage-{corrupt.__name__.strip('_')}"
+    record = await _stage_a_rollout(served, rollout_id)
+    client = redis.Redis.from_url(served.redis_url)
+    try:
+        corrupt(client, served, rollout_id)
+    finally:
+        client.close()
+    async with HttpTokenSource(served.base, max_retries=0) as source:
+        built = await finalize_record(record, source, raise_unreachable=True)
+    assert built is not None
+    build = built.to_dict()
+    assert (build["mask_sample"], build["mask_reason"]) == (True, "freeze_failed")

@@ -146,11 +146,15 @@ def test_store_serve_refuses_a_token_of_spaces(
     assert f"{option} is empty" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", [",", " ", " , "], ids=["comma", "space", "spaced-comma"])
 def test_store_serve_refuses_a_token_variable_holding_no_token(
-    capture_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capture_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    value: str,
 ) -> None:
-    """`$TOKEN_FINALIZER_STORE_WRITER_TOKENS=','` exits 2 naming it, never serving open."""
-    monkeypatch.setenv("TOKEN_FINALIZER_STORE_WRITER_TOKENS", ",")
+    """`$TOKEN_FINALIZER_STORE_WRITER_TOKENS=','` (or spaces) exits 2 naming it, never open."""
+    monkeypatch.setenv("TOKEN_FINALIZER_STORE_WRITER_TOKENS", value)
     assert main(["store", "serve", "--dir", str(capture_dir)]) == 2
     assert "$TOKEN_FINALIZER_STORE_WRITER_TOKENS is set but holds no token" in (
         capsys.readouterr().err

@@ -141,6 +141,15 @@ def test_a_bad_http_source_url_never_shows_its_password() -> None:
     assert ("SECRET" in message, "must start with http://" in message) == (False, True)
 
 
+@pytest.mark.parametrize(
+    "url", ["http://u:SECRET@host:99999", "http://u:SECRET@host:port", "http://u:SECRET@:8100"]
+)
+def test_an_http_source_url_without_a_usable_host_and_port_is_refused(url: str) -> None:
+    """A port out of range, not a number, or no host: refused at start, the password masked."""
+    message = _error({"sources": {"default": "h", "h": {"kind": "http", "url": url}}})
+    assert ("SECRET" in message, "sources.h" in message, "***@" in message) == (False, True, True)
+
+
 def test_wrong_type_is_an_error_naming_the_key() -> None:
     """A value of the wrong type fails, naming its key."""
     assert "limits.max_body_bytes" in _error({"limits": {"max_body_bytes": "lots"}})

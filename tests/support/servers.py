@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +94,11 @@ def running_process(
     stop_signal: int = signal.SIGINT,
     preexec_fn: Callable[[], None] | None = None,
     cwd: Path | None = None,
+    wrapper: Sequence[str] = (),
 ) -> Iterator[subprocess.Popen]:
     """Run `python -m token_finalizer.cli ARGS` (in `cwd`) until the block ends; yield the process.
+
+    `wrapper` is a command that execs the rest in the same process (`prlimit --as=N`).
 
     Its output goes to `log`, or to a temporary file (a pipe nobody reads would
     block a chatty server), and is shown if the server never becomes healthy.
@@ -104,7 +107,7 @@ def running_process(
     """
     with log.open("w+b") if log is not None else tempfile.TemporaryFile() as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "token_finalizer.cli", *args],
+            [*wrapper, sys.executable, "-m", "token_finalizer.cli", *args],
             env={**os.environ, **(env or {})},
             stdout=output,
             stderr=subprocess.STDOUT,

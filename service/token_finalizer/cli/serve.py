@@ -76,15 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _evicting_sources(settings: Any) -> list[str]:
-    """The redis sources refused for their eviction policy (docs/capacity.md#eviction)."""
-    if not any(source.kind == "redis" for source in settings.sources.values()):
+def _start_refusals(settings: Any) -> list[str]:
+    """The Redis servers refused at start, one line each (service/store_policy.py)."""
+    from token_finalizer.service.store_policy import needs_start_check, start_refusals
+
+    if not needs_start_check(settings):
         return []
     import asyncio
 
-    from token_finalizer.service.store_policy import evicting_sources
-
-    return asyncio.run(evicting_sources(settings))
+    return asyncio.run(start_refusals(settings))
 
 
 def _warn_shared_key(log_config: dict[str, Any], workers: int) -> None:
@@ -107,7 +107,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"token-finalizer serve: {exc}", file=sys.stderr)
         return 2
 
-    refused = _evicting_sources(settings)
+    refused = _start_refusals(settings)
     if refused:
         for line in refused:
             print(f"token-finalizer serve: {line}", file=sys.stderr)

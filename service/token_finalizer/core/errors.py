@@ -12,6 +12,7 @@
     │   └── StoreMemoryFull         a Redis store above its memory high-water mark (or at
     │                               `maxmemory`): a write that adds capture data was refused
     ├── EvictionPolicyRefused       a Redis whose `maxmemory-policy` may evict capture keys
+    ├── ClusterModeRefused          a Redis Cluster node configured as one plain Redis
     └── SourceUnavailable           a remote store that cannot be reached or answers nonsense
         └── StoreUnreachable        no usable answer at all (refused, timed out, 502/503/504):
             │                       nothing changed in the store, so the call may be repeated
@@ -30,6 +31,7 @@ __all__ = [
     "CaptureError",
     "CaptureFrozen",
     "CaptureRetired",
+    "ClusterModeRefused",
     "EvictionPolicyRefused",
     "InvalidRolloutId",
     "SourceUnavailable",
@@ -115,6 +117,14 @@ class EvictionPolicyRefused(CaptureError):
     """A Redis that may evict capture keys (any `maxmemory-policy` but `noeviction`).
 
     Raised at start-up; the message names the policy, the node and the fix.
+    """
+
+
+class ClusterModeRefused(CaptureError):
+    """A server configured as one Redis that is a Redis Cluster node (`cluster_enabled:1`).
+
+    Raised at start-up: such a node serves its own slots only, and every other
+    key would be a MOVED that callers retry as if the store were down.
     """
 
 

@@ -25,14 +25,11 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from token_finalizer._constants import GUARD_MAX_RUNS
 from token_finalizer.core.build import Build
 from token_finalizer.service.errors import MaskFractionExceeded, ServiceError
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "MAX_RUN_ID_LENGTH",

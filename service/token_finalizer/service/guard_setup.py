@@ -17,10 +17,11 @@ if TYPE_CHECKING:
 __all__ = ["open_guard"]
 
 
-def open_guard(settings: Settings, metrics: ServiceMetrics) -> RunGuard:
+def open_guard(settings: Settings, metrics: ServiceMetrics | None = None) -> RunGuard:
     """The guard the settings ask for: shared through Redis with `guard.redis`, else in-process.
 
     Without `max_mask_fraction` the guard is off, and no Redis connection is made.
+    Without `metrics` (the start-up check) the shared guard counts no failures.
     """
     capture = settings.token_id_capture
     shared = settings.guard

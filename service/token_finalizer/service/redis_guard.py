@@ -62,6 +62,7 @@ from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.sources.redis import (
     LuaScript,
     RetryingRedis,
+    check_cluster_mode,
     evalsha,
     evalsha_then_wait,
     ping_every_primary,
@@ -263,6 +264,10 @@ class RedisMaskFractionGuard:
         except Exception as exc:
             return {"reachable": False, "error": redact(str(exc) or describe_exception(exc))}
         return {"reachable": True}
+
+    async def check_cluster_mode(self) -> None:
+        """ClusterModeRefused when the guard's server, given as one Redis, is a cluster node."""
+        await check_cluster_mode(self._redis)
 
     async def aclose(self) -> None:
         """Close the connection pool; idempotent. A closed guard lets every call through."""

@@ -9,6 +9,7 @@ import pytest
 
 from tests.support.captures import record_for
 from token_finalizer import MemoryTokenStore
+from token_finalizer.core import identity
 from token_finalizer.core.entries import Snapshot
 from token_finalizer.core.errors import StoreUnreachable
 from token_finalizer.service.errors import MaskFractionExceeded, SourceUnreachable, UnknownSource
@@ -80,3 +81,20 @@ async def test_an_unreachable_store_carries_outcome_unreachable() -> None:
         "local",
         "unreachable",
     )
+
+
+@pytest.mark.anyio
+async def test_the_rollout_id_is_derived_once_on_the_finalize_path(
+    service: ServiceState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One finalize reads the record's rollout id once: the build reuses the service's key."""
+    derived: list[object] = []
+    original = identity.rollout_id_of
+
+    def counted(record: object) -> str | None:
+        derived.append(record)
+        return original(record)
+
+    monkeypatch.setattr(identity, "rollout_id_of", counted)
+    result = await finalize_one(service, record_for("r-1"), None, "run")
+    assert (result.outcome, len(derived)) == ("ok", 1)

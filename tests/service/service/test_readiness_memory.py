@@ -22,7 +22,7 @@ from tests.support.redis_processes import RedisProcess, needs_redis_server
 from tests.support.servers import free_port, running_process
 from token_finalizer.api import create_app
 from token_finalizer.cli import main
-from token_finalizer.service.store_policy import evicting_sources
+from token_finalizer.service.store_policy import start_refusals
 from token_finalizer.settings import settings_from_mapping
 from token_finalizer.sources.redis import RedisTokenStore
 
@@ -117,4 +117,4 @@ def test_serve_allow_eviction_passes_the_check(tmp_path: Path) -> None:
             {"sources": {"shared": {"kind": "redis", "url": server.url, "allow_eviction": True}}},
             env={},
         )
-        assert asyncio.run(evicting_sources(settings)) == []
+        assert asyncio.run(start_refusals(settings)) == []

@@ -132,8 +132,9 @@ def _role_tokens(args: argparse.Namespace, role: StoreRole) -> tuple[str, ...]:
     variable = ROLE_TOKENS_ENV_VARS[role]
     listed = os.environ.get(variable, "")
     tokens = tuple(token.strip() for token in listed.split(",") if token.strip())
-    if listed.strip() and not tokens:
-        # `,` alone would otherwise serve with no auth at all, without a word.
+    if listed and not tokens:
+        # `,` or spaces alone would otherwise serve with no auth at all, without a
+        # word; an empty value (`VAR=`) counts as unset.
         raise ValueError(f"${variable} is set but holds no token; unset it instead")
     return tokens
 

@@ -18,7 +18,7 @@ through the same layer: `RetryingRedis`, `LuaScript`, `evalsha`,
 from __future__ import annotations
 
 from token_finalizer.sources.redis._client import ENTRY_KEY_PARTS, KEY_PARTS, STAGING_KEY_PARTS
-from token_finalizer.sources.redis._nodes import ping_every_primary
+from token_finalizer.sources.redis._nodes import check_cluster_mode, ping_every_primary
 from token_finalizer.sources.redis._retrying import RetryingRedis
 from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
@@ -32,6 +32,7 @@ __all__ = [
     "RedisStoreAdmin",
     "RedisTokenStore",
     "RetryingRedis",
+    "check_cluster_mode",
     "evalsha",
     "evalsha_then_wait",
     "ping_every_primary",

@@ -274,7 +274,7 @@ class RedisConnection:
         await ping_every_primary(self.redis)
 
     async def check_cluster_mode(self) -> None:
-        """SourceUnavailable when a server given as one Redis is a cluster node (at start)."""
+        """ClusterModeRefused when a server given as one Redis is a cluster node (at start)."""
         self._check_open("cluster mode check")
         await check_cluster_mode(self.redis)
 

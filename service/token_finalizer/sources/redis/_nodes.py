@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio.cluster import ClusterNode
 
 from token_finalizer._constants import REDIS_PING_NODE_TIMEOUT_S, REDIS_PING_TIMEOUT_S
-from token_finalizer.core.errors import SourceUnavailable, StoreNodeUnreachable
+from token_finalizer.core.errors import ClusterModeRefused, StoreNodeUnreachable
 from token_finalizer.core.redaction import redact
 from token_finalizer.sources.redis._retrying import RetryingRedis, describe
 
@@ -116,7 +116,7 @@ async def ping_every_primary(redis: RetryingRedis) -> None:
 
 
 async def check_cluster_mode(redis: RetryingRedis) -> None:
-    """SourceUnavailable when a server configured as one Redis is a Redis Cluster node.
+    """ClusterModeRefused when a server configured as one Redis is a Redis Cluster node.
 
     Such a node answers PING and serves its own slots only: every other key is
     a MOVED, which writers retry as if the store were down (issue 29). Asked
@@ -126,7 +126,7 @@ async def check_cluster_mode(redis: RetryingRedis) -> None:
         return
     info = await redis.call("cluster mode check", lambda client: client.info("cluster"))
     if int(info.get("cluster_enabled", 0)) == 1:
-        raise SourceUnavailable(
+        raise ClusterModeRefused(
             redact(
                 f"redis node {redis.node} is a Redis Cluster node (cluster_enabled:1): give "
                 "--redis-cluster (configuration: `cluster: true`) to reach every slot"

@@ -467,7 +467,7 @@ class RedisTokenStore(StagingDelegate):
         return MemoryHealth(watch.verdict(reading), reading.to_dict(), max(0, evicted))
 
     async def check_cluster_mode(self) -> None:
-        """SourceUnavailable when the server given as one Redis is a Redis Cluster node."""
+        """ClusterModeRefused when the server given as one Redis is a Redis Cluster node."""
         await self._redis.check_cluster_mode()
 
     async def close(self) -> None:
