@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    from token_finalizer._logging import cli_logging, log_level
+    from token_finalizer._logging import cli_logging, log_level, say
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -141,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         level = log_level()
     except ValueError as exc:
-        sys.stderr.write(f"token-finalizer: {exc}\n")
+        with cli_logging("ERROR"):  # the level named is no level: this line is said anyway
+            say(logging.ERROR, f"token-finalizer: {exc}")
         return 2
     # Log records (retries, warnings) are JSON lines on stderr (docs/configuration.md#logs).
     with cli_logging(level):
