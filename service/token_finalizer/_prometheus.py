@@ -30,7 +30,7 @@ instead of failing every scrape (docs/architecture.md#scale-out).
 No `*_created` series: prometheus-client would export each counter's and
 histogram's creation time as a gauge family of its own in the text format,
 which dashboards mistake for metrics; they are switched off for the process
-when this module is imported (docs/operations.md#metrics).
+when this module is imported (docs/finalizer-api.md#health-readiness-metrics).
 """
 
 from __future__ import annotations

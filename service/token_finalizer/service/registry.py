@@ -24,7 +24,8 @@ from token_finalizer.settings import Settings
 from token_finalizer.sources import open_source
 from token_finalizer.sources.base import CaptureSource, MemoryHealth, StagedExtras
 
-# A source's status while one of its shards cannot take writes (docs/finalizer-api.md#ready).
+# A source's status while one of its shards cannot take writes
+# (docs/finalizer-api.md#health-readiness-metrics).
 SHARD_UNWRITABLE = "shard_unwritable"
 # Statuses that already make the process unready, which the shards' do not replace.
 UNREADY_MEMORY_STATUSES = frozenset({"captures_evicted", "eviction_policy"})
