@@ -18,9 +18,9 @@ Each command module defines its arguments and the command, and imports its
 heavy dependencies (FastAPI, uvicorn, httpx) inside the command, so building
 the parser stays cheap and `store sweep` never loads a web framework.
 
-An argument that cannot work exits with status 2 and one line on stderr
-(`token-finalizer COMMAND: MESSAGE (see token-finalizer COMMAND --help)`),
-not argparse's usage block.
+An argument that cannot work exits with status 2 and one JSON log line on
+stderr (its message `token-finalizer COMMAND: MESSAGE (see token-finalizer
+COMMAND --help)`), not argparse's usage block.
 """
 
 from __future__ import annotations
@@ -53,10 +53,18 @@ def version() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, saying a usage error in one line (exit status 2); subcommands inherit it."""
+    """argparse, saying a usage error in one JSON log line (exit status 2); subcommands inherit it.
+
+    Parsing comes before the level is read, so the line is said at error level
+    whatever `TOKEN_FINALIZER_LOG_LEVEL` holds (docs/configuration.md#logs).
+    """
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        from token_finalizer._logging import cli_logging, say
+
+        with cli_logging("ERROR"):
+            say(logging.ERROR, f"{self.prog}: {message} (see {self.prog} --help)")
+        self.exit(2)
 
 
 class _VersionAction(argparse.Action):
