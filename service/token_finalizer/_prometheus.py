@@ -9,7 +9,8 @@ points PROMETHEUS_MULTIPROC_DIR at a fresh directory before the workers
 start (`multiprocess_directory`): prometheus-client, imported by each worker
 with that variable set, keeps every value in a per-process memory-mapped
 file there, and /metrics answers the sum over all the files
-(`MultiProcessCollector`), from whichever worker. Counters and histograms add
+(`MultiProcessCollector`), from whichever worker, with every declared family
+even before any worker used it (as one worker shows). Counters and histograms add
 up as they are; a gauge declares its `multiprocess_mode` (the store's
 memory figures: `mostrecent`, the last value any worker read). Values of a
 worker that died stay in the sum, so totals never go backwards when uvicorn
@@ -166,6 +167,28 @@ class _ReadableFilesCollector:
             return _merged([path for path in files if self._readable(path)])
 
 
+class _DeclaredFamilies:
+    """The workers' sum, plus each family this app declares that no worker has a value of yet.
+
+    prometheus-client's sum knows a family only from the values in the files,
+    and a labelled family has none until its first series is used; one worker
+    alone exports every declared family from the start. So a scrape looks the
+    same with one worker or N (docs/finalizer-api.md#health-readiness-metrics).
+    """
+
+    def __init__(self, declared: CollectorRegistry, values: _ReadableFilesCollector) -> None:
+        self._declared = declared
+        self._values = values
+
+    def collect(self) -> Iterable[Metric]:
+        summed = list(self._values.collect())
+        seen = {family.name for family in summed}
+        for family in self._declared.collect():
+            if family.name not in seen:
+                yield Metric(family.name, family.documentation, family.type, family.unit)
+        yield from summed
+
+
 class AppMetrics:
     """One app's registry and its text exposition; subclasses declare their families on it."""
 
@@ -188,7 +211,7 @@ class AppMetrics:
         if self._values is None:
             return generate_latest(self.registry)
         merged = CollectorRegistry()
-        merged.register(self._values)
+        merged.register(_DeclaredFamilies(self.registry, self._values))
         # RSS, open fds and CPU of the worker that answered this scrape.
         ProcessCollector(registry=merged)
         return generate_latest(merged)

@@ -1,15 +1,17 @@
 """The store server's /metrics as real `store serve` processes (docs/store-protocol.md#metrics).
 
-With `--workers 2`, the workers' counts are summed through a fresh
-PROMETHEUS_MULTIPROC_DIR under the server's $TMPDIR: the test reads the
-per-worker files there to check that both workers served, and every scrape
+With `--workers 2`, under puts sent 8 at a time, the workers' counts are
+summed through a fresh PROMETHEUS_MULTIPROC_DIR under the server's $TMPDIR:
+the test reads the per-worker files there to check that both workers served, and every scrape
 must say exactly what was sent. One worker's server shows that every route's
 latency histogram moves.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,8 @@ WRITER = {"Authorization": "Bearer w-token"}
 FINALIZER = {"Authorization": "Bearer f-token"}
 TOKENS = ["--writer-token", "w-token", "--finalizer-token", "f-token"]
 ROUND = 20
+# Puts in flight at once: both workers busy at the same time.
+CONCURRENCY = 8
 MAX_ROUNDS = 5
 
 
@@ -74,7 +78,7 @@ def _puts_per_worker(directory: Path) -> list[float]:
 
 
 def test_two_workers_scrape_as_one(tmp_path: Path) -> None:
-    """Puts spread over 2 workers: every scrape counts each put, entry and body byte once."""
+    """Concurrent puts spread over 2 workers: every scrape counts each put, entry and byte once."""
     temp = tmp_path / "tmp"
     temp.mkdir()
     port = free_port()
@@ -85,12 +89,13 @@ def test_two_workers_scrape_as_one(tmp_path: Path) -> None:
         (metrics_dir,) = temp.glob("token-finalizer-metrics-*")
         # Fresh connections are spread by the kernel; should one worker take a
         # whole round, another round follows (the totals stay what was sent).
-        for _ in range(MAX_ROUNDS):
-            for _ in range(ROUND):
-                sent_bytes += _put(base, sent)
-                sent += 1
-            if sum(count > 0 for count in _puts_per_worker(metrics_dir)) > 1:
-                break
+        with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+            for _ in range(MAX_ROUNDS):
+                indices = range(sent, sent + ROUND)
+                sent_bytes += sum(pool.map(functools.partial(_put, base), indices))
+                sent += ROUND
+                if sum(count > 0 for count in _puts_per_worker(metrics_dir)) > 1:
+                    break
         assert sum(count > 0 for count in _puts_per_worker(metrics_dir)) == 2
         for _ in range(4):
             families = _scrape(base)

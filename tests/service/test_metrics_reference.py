@@ -5,7 +5,8 @@ serve` over a directory) and its live exposition is read: every family
 (ours and the process collector's) must be named in a row of its table (docs/finalizer-api.md,
 docs/store-protocol.md#metrics) and every row a family, and no family may be
 a `*_created` series, neither from one process nor from the sum over
-`--workers 2` (prometheus-client's multiprocess collector).
+`--workers 2` (prometheus-client's multiprocess collector), which exports
+the same families on both servers.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def _documented(page: str, section: str | None = None) -> set[str]:
 def _families(base: str) -> set[str]:
     answer = httpx.get(base + "/metrics", headers=TOKEN, timeout=10)
     assert answer.status_code == 200
-    return set(_TYPE.findall(answer.text))
+    names = _TYPE.findall(answer.text)
+    assert len(names) == len(set(names)), "a family exported twice"
+    return set(names)
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +88,21 @@ def test_no_created_families_summed_over_workers(tmp_path: Path) -> None:
     families = _store_families(tmp_path, "--workers", "2")
     assert "token_finalizer_store_requests_total" in families
     assert [name for name in families if name.endswith("_created")] == []
+
+
+def test_store_table_holds_summed_over_workers(tmp_path: Path, store: set[str]) -> None:
+    """`store serve --workers 2` exports the same families as one worker: the table holds."""
+    assert _store_families(tmp_path, "--workers", "2") == store
+
+
+def test_finalizer_summed_over_workers_exports_the_same_families(
+    tmp_path: Path, finalizer: set[str]
+) -> None:
+    """`serve --workers 2` exports the families of one worker, and no `*_created` one."""
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sources:\n  local: {{kind: file, dir: '{tmp_path}'}}\n")
+    port = free_port()
+    args = ["serve", "--config", str(config), "--port", str(port), "--workers", "2"]
+    with running_process(args, port=port):
+        families = _families(f"http://127.0.0.1:{port}")
+    assert families == finalizer
