@@ -9,7 +9,8 @@ replica) and then started again. While it is down:
 
 - the store's /health is 503 `shard_unwritable` naming the primary and the
   missing replica, and its /metrics has `shard_writable{node=primary} 0`;
-- the finalizer's /ready is 503 for both sources, each error naming them.
+- the finalizer's /ready is 503 for both sources, each error naming them,
+  and its /metrics has `source_shard_writable{source=direct, node=primary} 0`.
 
 Once the replica is back in sync, all of it is healthy again
 (docs/store-protocol.md#health, docs/finalizer-api.md#health-readiness-metrics).
@@ -41,6 +42,7 @@ TIMEOUT_S = 1.0
 SETTLE_S = 30.0
 _POLL_S = 0.2
 WRITABLE = "token_finalizer_store_shard_writable"
+SOURCE_WRITABLE = "token_finalizer_source_shard_writable"
 
 
 @dataclass
@@ -49,7 +51,9 @@ class Snapshot:
 
     health: httpx.Response
     ready: httpx.Response
+    # shard_writable by node: the store's, and the finalizer's for source `direct`.
     writable: dict[str, float]
+    direct_writable: dict[str, float]
 
 
 @dataclass
@@ -100,15 +104,22 @@ sources:
 def _snapshot(http: httpx.Client, urls: dict[str, str]) -> Snapshot:
     health = http.get(f"{urls['store']}/health")
     ready = http.get(f"{urls['finalizer']}/ready")
-    metrics = http.get(f"{urls['store']}/metrics", headers=AUTH)
-    assert metrics.status_code == 200
-    writable = {
+    return Snapshot(
+        health,
+        ready,
+        _by_node(http.get(f"{urls['store']}/metrics", headers=AUTH), WRITABLE),
+        _by_node(http.get(f"{urls['finalizer']}/metrics"), SOURCE_WRITABLE, source="direct"),
+    )
+
+
+def _by_node(answer: httpx.Response, metric: str, **labels: str) -> dict[str, float]:
+    assert answer.status_code == 200
+    return {
         sample.labels["node"]: sample.value
-        for family in text_string_to_metric_families(metrics.text)
+        for family in text_string_to_metric_families(answer.text)
         for sample in family.samples
-        if sample.name == WRITABLE
+        if sample.name == metric and all(sample.labels.get(k) == v for k, v in labels.items())
     }
-    return Snapshot(health, ready, writable)
 
 
 def _settled(take: Callable[[], Snapshot], done: Callable[[Snapshot], bool]) -> Snapshot:
@@ -181,6 +192,13 @@ def test_metric_shows_the_shard_unwritable_and_back(observed: Observed) -> None:
     node = observed.primary.address
     seen = [snapshot.writable.get(node) for snapshot in (observed.before, observed.during)]
     assert [*seen, observed.after.writable.get(node)] == [1.0, 0.0, 1.0]
+
+
+def test_finalizer_metric_shows_the_shard_unwritable_and_back(observed: Observed) -> None:
+    """The finalizer's source_shard_writable{source=direct, node=primary}: 1, 0, then 1."""
+    node = observed.primary.address
+    snapshots = (observed.before, observed.during, observed.after)
+    assert [snapshot.direct_writable.get(node) for snapshot in snapshots] == [1.0, 0.0, 1.0]
 
 
 def test_ready_is_503_naming_the_shard_for_each_source(observed: Observed) -> None:

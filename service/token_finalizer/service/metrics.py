@@ -1,4 +1,6 @@
-"""The finalizer's Prometheus metrics: what POST /finalize, /retire and the sources count.
+"""The finalizer's Prometheus metrics: what POST /finalize, /retire and the sources count,
+and whether each shard of a source can take writes
+(docs/finalizer-api.md#health-readiness-metrics).
 
 The registry, the sum over `serve --workers N` and the exposition are
 shared with the store server (`token_finalizer._prometheus`).
@@ -6,7 +8,7 @@ shared with the store server (`token_finalizer._prometheus`).
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from token_finalizer._constants import LATENCY_BUCKETS_S
 from token_finalizer._prometheus import (
@@ -86,6 +88,18 @@ class ServiceMetrics(AppMetrics):
             ["source", "operation"],
             buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
+        )
+
+        # Set by each /ready probe of a redis source with min_replicas_acked; with
+        # --workers, the value the most recent worker read.
+        self.source_shard_writable = Gauge(
+            "token_finalizer_source_shard_writable",
+            "Per Redis primary of a redis source with min_replicas_acked, by source and node: "
+            "1 when it can take writes at the last /ready probe (reachable, with enough "
+            "connected replicas), else 0.",
+            ["source", "node"],
+            registry=self.registry,
+            multiprocess_mode="mostrecent",
         )
 
     def observe_request(self, path: str, status: int, seconds: float) -> None:

@@ -119,7 +119,8 @@ class InstrumentedSource:
 
     async def unwritable_shards(self) -> tuple[list[dict[str, Any]], str | None]:
         """A redis store with `min_replicas_acked`: its primaries, and why some cannot take
-        writes (None when every one can); ([], None) for any other source."""
+        writes (None when every one can); ([], None) for any other source. Each primary's
+        verdict is also the `source_shard_writable` gauge."""
         inner = self.inner
         if getattr(inner, "kind", None) != "redis":
             return [], None
@@ -128,6 +129,9 @@ class InstrumentedSource:
         if not isinstance(inner, RedisTokenStore) or not inner.min_replicas_acked:
             return [], None
         shards = await inner.shard_health()
+        for shard in shards:
+            writable = self._metrics.source_shard_writable.labels(self.name, shard.node)
+            writable.set(1 if shard.writable else 0)
         stuck = [unwritable_message(shard) for shard in shards if not shard.writable]
         return [shard.to_dict() for shard in shards], "; ".join(stuck) or None
 
