@@ -4,9 +4,9 @@ The real `promtool` (Debian's `prometheus` package; .ci/run installs it)
 checks the rules, runs their unit tests (alerts_test.yml) and parses every
 expression of the dashboard, written out as recording rules. These tests skip
 only where promtool is not on PATH. The others need no binary: every metric
-name the rules and the dashboard use is one the servers export (the
-finalizer's live /metrics; the store's table in docs/store-protocol.md, see
-`_store_families`), every alert has a case that fires and one that does not,
+name the rules and the dashboard use is one the servers export (the live
+/metrics of the finalizer and of the store server, with the labels their
+metrics declare), every alert has a case that fires and one that does not,
 thresholds that mirror a server setting agree with it, and every alert has its
 section in docs/operations.md.
 """
@@ -26,10 +26,13 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 from tests.support.asgi import in_process
+from token_finalizer import MemoryTokenStore
 from token_finalizer._constants import DEFAULT_MASK_FRACTION_MIN_SAMPLES, DEFAULT_MEMORY_HIGH_WATER
 from token_finalizer.api import create_app
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import settings_from_mapping
+from token_finalizer.store_server import create_store_app
+from token_finalizer.store_server.metrics import StoreMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -40,26 +43,6 @@ OPERATIONS = ROOT / "docs" / "operations.md"
 # A family: its type and its label names.
 Family = tuple[str, frozenset[str]]
 
-# The store server's families as c9a78ad documents them (docs/store-protocol.md
-# "### Metrics"), kept here until that table is on this branch: `_store_families`
-# reads the table instead as soon as it is there.
-STORE_FAMILIES: dict[str, Family] = {
-    "token_finalizer_store_requests_total": ("counter", frozenset({"route", "role", "status"})),
-    "token_finalizer_store_request_seconds": ("histogram", frozenset({"route"})),
-    "token_finalizer_store_entries_stored_total": ("counter", frozenset({"route"})),
-    "token_finalizer_store_stored_bytes_total": ("counter", frozenset({"route"})),
-    "token_finalizer_store_full_refusals_total": ("counter", frozenset({"route"})),
-    "token_finalizer_store_memory_used_bytes": ("gauge", frozenset()),
-    "token_finalizer_store_memory_max_bytes": ("gauge", frozenset()),
-    "token_finalizer_store_evicted_keys": ("gauge", frozenset()),
-    "token_finalizer_store_healthy": ("gauge", frozenset()),
-    "token_finalizer_store_shard_writable": ("gauge", frozenset({"node"})),
-}
-# `| \`name\` (histogram) | \`label\`, \`label\` = \`value\`, \`value\` |`: labels come before
-# the first `=`, values after it.
-_STORE_TABLE_ROW = re.compile(
-    r"^\| `(token_finalizer_store_\w+)`( \(histogram\))?[^|]* \| ([^|]*) \|", re.MULTILINE
-)
 # Labels Prometheus adds to every scraped series.
 _TARGET_LABELS = frozenset({"job", "instance"})
 _TYPE_LINE = re.compile(r"^# TYPE (\S+) (\w+)$", re.MULTILINE)
@@ -140,24 +123,22 @@ def _series(families: dict[str, Family]) -> dict[str, frozenset[str]]:
     return series
 
 
-def _documented_labels(cell: str) -> frozenset[str]:
-    before_values = cell.split("=", 1)[0]
-    return frozenset(re.findall(r"`(\w+)`", before_values))
-
-
-def _store_families() -> dict[str, Family]:
-    """The store server's families: docs/store-protocol.md's metrics table, once it has one.
-
-    Until the store's /metrics is merged here, the table c9a78ad documented
-    (`STORE_FAMILIES`).
-    """
-    text = (ROOT / "docs" / "store-protocol.md").read_text()
-    if "\n### Metrics\n" not in text:
-        return STORE_FAMILIES
-    table = text.split("\n### Metrics\n", 1)[1].split("\n### ", 1)[0]
+def _declared(metrics: object) -> dict[str, tuple[str, ...]]:
+    """Each family's label names as its metric declares them (a family's name in the text)."""
     return {
-        name: ("histogram" if histogram else "counter or gauge", _documented_labels(cell))
-        for name, histogram, cell in _STORE_TABLE_ROW.findall(table)
+        metric._name + ("_total" if metric._type == "counter" else ""): metric._labelnames
+        for metric in vars(metrics).values()
+        if isinstance(metric, MetricWrapperBase)
+    }
+
+
+def _live_families(exposition: str, metrics: object) -> dict[str, Family]:
+    """The families of a live /metrics text, with the labels their metrics declare."""
+    # Label names are only in the text once a series exists: read them where they are declared.
+    declared = _declared(metrics)
+    return {
+        name: (kind, frozenset(declared.get(name, ())))
+        for name, kind in _TYPE_LINE.findall(exposition)
     }
 
 
@@ -169,16 +150,33 @@ def finalizer_families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Fa
     with in_process(create_app(settings)) as client:
         answer = client.get("/metrics")
     assert answer.status_code == 200
-    # Label names are only in the text once a series exists: read them where they are declared.
-    declared = {
-        metric._name + ("_total" if metric._type == "counter" else ""): metric._labelnames
-        for metric in vars(ServiceMetrics()).values()
-        if isinstance(metric, MetricWrapperBase)
-    }
-    return {
-        name: (kind, frozenset(declared.get(name, ())))
-        for name, kind in _TYPE_LINE.findall(answer.text)
-    }
+    return _live_families(answer.text, ServiceMetrics())
+
+
+@pytest.fixture(scope="module")
+def store_families() -> dict[str, Family]:
+    """The families of the store server's live /metrics, with the labels its metrics declare."""
+    with in_process(create_store_app(MemoryTokenStore())) as client:
+        answer = client.get("/metrics")
+    assert answer.status_code == 200
+    return _live_families(answer.text, StoreMetrics())
+
+
+@pytest.fixture(scope="module")
+def exported(
+    finalizer_families: dict[str, Family], store_families: dict[str, Family]
+) -> dict[str, frozenset[str]]:
+    """Every series either server exports, with the labels it can have."""
+    return _series(finalizer_families) | _series(store_families)
+
+
+def test_store_families_are_read_with_their_labels(store_families: dict[str, Family]) -> None:
+    """The store's live families carry their declared labels (shard gauges: `node`)."""
+    assert store_families["token_finalizer_store_requests_total"] == (
+        "counter",
+        frozenset({"route", "role", "status"}),
+    )
+    assert store_families["token_finalizer_store_shard_writable"] == ("gauge", frozenset({"node"}))
 
 
 def _used_series() -> dict[str, str]:
@@ -235,15 +233,14 @@ def test_metric_names_finds_the_selected_metrics_only() -> None:
 
 
 def test_every_metric_the_rules_and_the_dashboard_use_is_exported(
-    finalizer_families: dict[str, Family],
+    exported: dict[str, frozenset[str]],
 ) -> None:
     """Every metric name in alerts.yml and the dashboard is a series one of the servers exports."""
-    exported = set(_series(finalizer_families)) | set(_series(_store_families()))
     used = _used_series()
     unknown = {
-        where: sorted(metric_names(expr) - exported)
+        where: sorted(metric_names(expr) - set(exported))
         for where, expr in used.items()
-        if metric_names(expr) - exported
+        if metric_names(expr) - set(exported)
     }
     assert unknown == {}
     assert all(metric_names(expr) for expr in used.values())
@@ -255,10 +252,10 @@ _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s
 
 
 def test_every_label_the_rules_and_the_dashboard_use_is_exported(
-    finalizer_families: dict[str, Family],
+    exported: dict[str, frozenset[str]],
 ) -> None:
     """Each label matched or grouped on is one the selected series carries (or a target label)."""
-    series = _series(finalizer_families) | _series(_store_families())
+    series = exported
     any_label = frozenset().union(*series.values())
     wrong = []
     for where, expr in _used_series().items():
@@ -272,10 +269,10 @@ def test_every_label_the_rules_and_the_dashboard_use_is_exported(
 
 
 def test_alert_unit_tests_feed_series_shaped_like_the_servers(
-    finalizer_families: dict[str, Family],
+    exported: dict[str, frozenset[str]],
 ) -> None:
     """Each input series of alerts_test.yml has exactly its family's labels, plus the target's."""
-    series = _series(finalizer_families) | _series(_store_families())
+    series = exported
     for case in yaml.safe_load(ALERTS_TEST.read_text())["tests"]:
         for given in case["input_series"]:
             match = re.fullmatch(r"(\w+)\{(.*)\}", given["series"])

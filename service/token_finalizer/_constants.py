@@ -133,6 +133,11 @@ ENCODE_IN_THREAD_MIN_TOKENS = 200_000
 # Latency histogram buckets (seconds): small rollouts take milliseconds, the
 # 5M-token rollout about a second.
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# The store server's request latency (its hot path answers in about a millisecond:
+# docs/architecture.md#round-trips), from half a millisecond to 5 s (a Redis failover).
+STORE_LATENCY_BUCKETS_S = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
 # Seconds uvicorn waits for in-flight requests after SIGTERM before cancelling them.
 GRACEFUL_SHUTDOWN_S = 30.0
 # After SIGTERM, serve on with /ready at 503 this long before closing the port.

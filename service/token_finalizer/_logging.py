@@ -35,6 +35,7 @@ from token_finalizer_client import LOG_FIELDS_ATTRIBUTE, LOGGER_NAME
 
 __all__ = [
     "CLIENT_LOGGER",
+    "CLI_LOGGER",
     "FIELDS_ATTRIBUTE",
     "LOG_LEVEL_ENV_VAR",
     "SERVICE_LOGGER",
@@ -42,6 +43,7 @@ __all__ = [
     "cli_logging",
     "log_level",
     "logging_config",
+    "say",
 ]
 
 # `logger.info(..., extra={FIELDS_ATTRIBUTE: {...}})` merges those keys into the line
@@ -129,7 +131,7 @@ def cli_logging(level: str) -> Iterator[None]:
     """Within the block, our two loggers write JSON lines on stderr at `level` (a CLI command).
 
     `level` comes from `log_level()`. Each logger is left as it was found
-    afterwards (a command run in-process, as tests do, changes nothing for
+    afterwards (its handlers and level) (a command run in-process, as tests do, changes nothing for
     the next one); the servers replace this with `logging_config` when they
     start. Records still propagate: an application that configured the root
     logger sees them there too.
@@ -137,13 +139,30 @@ def cli_logging(level: str) -> Iterator[None]:
     handler = logging.StreamHandler()  # sys.stderr as it is when the block starts
     handler.setFormatter(JsonFormatter())
     loggers = [logging.getLogger(name) for name in (SERVICE_LOGGER, CLIENT_LOGGER)]
-    levels = [logger.level for logger in loggers]
+    found = [(logger.handlers[:], logger.level) for logger in loggers]
     for logger in loggers:
-        logger.addHandler(handler)
+        # Ours alone within the block: a server configured earlier in this process
+        # (a test, an embedder) must neither repeat each line nor write to its old stream.
+        logger.handlers = [handler]
         logger.setLevel(level)
     try:
         yield
     finally:
-        for logger, previous in zip(loggers, levels, strict=True):
-            logger.removeHandler(handler)
+        for logger, (handlers, previous) in zip(loggers, found, strict=True):
+            logger.handlers = handlers
             logger.setLevel(previous)
+
+
+CLI_LOGGER = f"{SERVICE_LOGGER}.cli"
+
+
+def say(level: int, message: str, **fields: Any) -> None:
+    """One JSON line on stderr from a command: a warning, an error, a report (+ its fields).
+
+    The commands' words for an operator (`store serve`'s start-up warnings,
+    argument errors found after parsing, the batch commands' summaries) go
+    through the `token_finalizer.cli` logger, so they are JSON lines like
+    every other (docs/configuration.md#logs); stdout stays the command's output.
+    """
+    extra = {FIELDS_ATTRIBUTE: fields} if fields else None
+    logging.getLogger(CLI_LOGGER).log(level, message, extra=extra)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.logs import messages
 from tests.support.servers import free_port
 
 # A hang guard only: each case is refused in well under a second.
@@ -55,7 +56,7 @@ def test_hostile_file_exits_2_with_one_line_naming_the_problem(
     config = tmp_path / "finalizer.yaml"
     config.write_text(text)
     result = _serve(config)
-    lines = result.stderr.splitlines()
+    lines = messages(result.stderr).splitlines()
     assert (result.returncode, len(lines), result.stdout) == (2, 1, "")
     assert lines[0].startswith("token-finalizer serve: ") and problem in lines[0]
 

@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.captures import record_for
+from tests.support.logs import messages
 from tests.support.servers import free_port, running_process
 from token_finalizer.service.metrics import MULTIPROC_DIR_ENV_VAR
 
@@ -122,6 +123,6 @@ def test_an_unusable_directory_stops_serve_with_status_2(tmp_path: Path) -> None
         timeout=60,
     )
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [
+    assert messages(result.stderr).splitlines() == [
         f"token-finalizer serve: {MULTIPROC_DIR_ENV_VAR}={not_a_dir} is not a directory"
     ]

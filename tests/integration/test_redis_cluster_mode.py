@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.logs import log_lines
 from tests.support.redis_processes import RedisProcess, free_ports, redis_server_available
 
 pytestmark = pytest.mark.skipif(not redis_server_available(), reason="needs redis-server")
@@ -42,7 +43,7 @@ def cluster_node(tmp_path: Path) -> Iterator[RedisProcess]:
 def test_store_serve_refuses_a_cluster_node_without_redis_cluster(
     cluster_node: RedisProcess,
 ) -> None:
-    """Exit 2, one line naming `--redis-cluster` and `cluster: true`, before the port opens."""
+    """Exit 2 before the port opens; one JSON error names `--redis-cluster`, `cluster: true`."""
     (port,) = free_ports(1)
     args = ["store", "serve", "--redis", cluster_node.url, "--port", str(port)]
     done = subprocess.run(
@@ -51,7 +52,8 @@ def test_store_serve_refuses_a_cluster_node_without_redis_cluster(
         text=True,
         timeout=60,
     )
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    said = [line["message"] for line in log_lines(done.stderr)]
+    errors = [message for message in said if message.startswith("error:")]
     assert done.returncode == 2
     assert len(errors) == 1 and "--redis-cluster" in errors[0] and "cluster: true" in errors[0]
 

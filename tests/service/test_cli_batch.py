@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from tests.support.captures import agent_rollout, record_for
+from tests.support.logs import messages
 from tests.support.servers import running_app
 from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
@@ -162,7 +164,7 @@ def test_bad_lines_make_the_exit_status_3(
     """Without --allow-bad-lines a batch with bad lines goes through every line, then exits 3."""
     assert finalize(batch, target) == 3
     assert len(read_jsonl(batch.output)) == 7
-    assert capsys.readouterr().err.endswith(
+    assert messages(capsys.readouterr().err).endswith(
         f"finalize: 3 bad lines (reported above, error lines in {batch.output}): "
         "exit status 3; --allow-bad-lines accepts them\n"
     )
@@ -192,7 +194,7 @@ def test_bad_lines_are_reported_on_stderr_with_their_number(
 ) -> None:
     """stderr names each bad line by its number, and draws no progress bar off a terminal."""
     finalize(batch, target)
-    err = capsys.readouterr().err
+    err = messages(capsys.readouterr().err)
     assert "line 2: not valid JSON" in err
     assert "line 4: not a JSON object (got an array)" in err
     assert "\r" not in err
@@ -206,7 +208,7 @@ def test_summary_counts_outcomes_and_mask_reasons(
     assert (
         f"7 lines -> {batch.output}: 2 finalized (2 retirable), 2 masked "
         "(empty_capture: 1, no_capture_key: 1), 0 no build, 3 bad lines"
-    ) in capsys.readouterr().err
+    ) in messages(capsys.readouterr().err)
 
 
 def test_output_carries_the_exact_captured_tokens(batch: Batch, target: list[str]) -> None:
@@ -246,7 +248,7 @@ def test_retire_summary_counts_each_kind_of_line(
     assert (
         "retire: 7 lines: 2 retired, 0 not retired (the store moved on), 2 not retirable, "
         "3 error lines, 0 bad, 0 tickets refused"
-    ) in capsys.readouterr().err
+    ) in messages(capsys.readouterr().err)
 
 
 def test_source_option_finalizes_in_that_source(
@@ -305,7 +307,7 @@ def test_mask_fraction_guard_stops_an_in_process_batch(
         ["finalize", str(batch_input), "-o", str(output), "--config", str(config), "--run-id", "r9"]
     )
     assert status == 1
-    assert "finalize: stopped at line 1: run 'r9' masked" in capsys.readouterr().err
+    assert "finalize: stopped at line 1: run 'r9' masked" in messages(capsys.readouterr().err)
 
 
 def test_wrong_token_stops_the_batch(
@@ -314,7 +316,8 @@ def test_wrong_token_stops_the_batch(
     """A refusal every line would meet stops at line 1 with status 1 and an empty OUT."""
     status = finalize(batch, ["--server", server_url, "--token", "wrong"])
     assert (status, batch.output.read_text()) == (1, "")
-    assert "finalize: stopped at line 1: HTTP 401: wrong bearer token" in capsys.readouterr().err
+    err = messages(capsys.readouterr().err)
+    assert "finalize: stopped at line 1: HTTP 401: wrong bearer token" in err
 
 
 def test_token_without_server_is_a_usage_error(
@@ -323,7 +326,7 @@ def test_token_without_server_is_a_usage_error(
     """--token with --config exits 2 and says that --token needs --server."""
     status = finalize(batch, ["--config", str(config_path), "--token", "t"])
     assert status == 2
-    assert "--token applies only with --server" in capsys.readouterr().err
+    assert "--token applies only with --server" in messages(capsys.readouterr().err)
 
 
 def test_output_may_not_overwrite_the_input(
@@ -335,7 +338,7 @@ def test_output_may_not_overwrite_the_input(
         ["finalize", str(batch.input), "-o", str(batch.input), "--config", str(config_path)]
     )
     assert (status, batch.input.read_text()) == (2, before)
-    assert capsys.readouterr().err == (
+    assert messages(capsys.readouterr().err) == (
         f"token-finalizer finalize: cannot write {batch.input}: it is the input file\n"
     )
 
@@ -348,7 +351,7 @@ def test_missing_input_is_a_usage_error(
     status = main(
         ["finalize", str(missing), "-o", str(tmp_path / "o"), "--config", str(config_path)]
     )
-    assert (status, capsys.readouterr().err) == (
+    assert (status, messages(capsys.readouterr().err)) == (
         2,
         f"token-finalizer finalize: cannot read {missing}: no such file\n",
     )
@@ -361,7 +364,7 @@ def test_invalid_configuration_is_a_usage_error(
     config = tmp_path / "bad.yaml"
     config.write_text("sources: {local: {kind: file}}\n")
     assert finalize(batch, ["--config", str(config)]) == 2
-    assert "a file source needs `dir`" in capsys.readouterr().err
+    assert "a file source needs `dir`" in messages(capsys.readouterr().err)
 
 
 def test_console_command_round_trip(
@@ -391,7 +394,7 @@ def test_console_command_round_trip(
 
 def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     """stderr, which must be exactly one line; that line without its end."""
-    err = capsys.readouterr().err
+    err = messages(capsys.readouterr().err)
     assert err.count("\n") == 1 and err.endswith("\n"), err
     return err.rstrip("\n")
 
@@ -517,7 +520,7 @@ def test_retire_exits_2_when_no_line_is_a_finalize_answer(
     """A file without a single finalize answer: each line reported, then exit 2 saying so."""
     source = write_jsonl(tmp_path / "junk.jsonl", ["{not json", "", "[1]"])
     status = main(["retire", str(source), "--config", str(config_path)])
-    err = _reports(capsys.readouterr().err)
+    err = _reports(messages(capsys.readouterr().err))
     assert status == 2
     assert [line.split(":")[0] for line in err[:3]] == ["line 1", "line 2", "line 3"]
     assert err[-1] == (
@@ -535,7 +538,7 @@ def test_retire_reports_a_record_among_answers_by_its_line(
         output.write(json.dumps(record_for(batch.missing)) + "\n")
     capsys.readouterr()
     status = main(["retire", str(batch.output), *target])
-    err = capsys.readouterr().err
+    err = messages(capsys.readouterr().err)
     assert status == 3
     assert (
         "line 8: a rollout record, not a finalize answer: "
@@ -564,7 +567,7 @@ def test_no_progress_is_drawn_when_stderr_is_not_a_terminal(
 ) -> None:
     """Off a terminal stderr holds the line reports and the summary, nothing else."""
     finalize(batch, ["--config", str(config_path)])
-    err = capsys.readouterr().err
+    err = messages(capsys.readouterr().err)
     assert "\r" not in err
     assert all(line.startswith(("line ", "finalize: ")) for line in _reports(err)), err
 
@@ -591,11 +594,11 @@ def test_progress_on_a_terminal_shows_count_rate_and_eta(
 def test_line_reports_stay_on_their_own_lines_on_a_terminal(
     batch: Batch, config_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With a bar drawn, each `line N: message` report is a line of its own, not in the bar."""
+    """With a bar drawn, each `line N: message` report is a JSON line of its own, not in the bar."""
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     finalize(batch, ["--config", str(config_path)])
     segments = re.split(r"[\r\n]", terminal.getvalue())
-    reports = [segment for segment in segments if segment.startswith("line ")]
-    assert [report.split(":")[0] for report in reports] == ["line 2", "line 4", "line 6"]
-    assert not any("%|" in report for report in reports)
+    reports = [orjson.loads(segment) for segment in segments if segment.startswith('{"')]
+    numbered = [report["message"].split(":")[0] for report in reports if "line" in report]
+    assert numbered == ["line 2", "line 4", "line 6"]

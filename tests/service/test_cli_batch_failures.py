@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from tests.support.captures import agent_rollout, record_for
+from tests.support.logs import messages
 from tests.support.servers import running_app
 from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
@@ -130,7 +131,7 @@ def test_allow_bad_lines_keeps_them_in_the_output_and_exits_0(
     output = tmp_path / "out.jsonl"
     status = main(["finalize", str(source), "-o", str(output), *target, "--allow-bad-lines"])
     assert (status, read_lines(output)[0]["line"]) == (0, 1)
-    assert "line 1: not valid JSON" in capsys.readouterr().err
+    assert "line 1: not valid JSON" in messages(capsys.readouterr().err)
 
 
 def test_a_finalize_answer_is_finalized_again(
@@ -166,7 +167,7 @@ def test_finalize_without_a_retire_key_warns_that_tickets_will_not_verify(
     config = _write_config(tmp_path / "nokey.yaml", _config(capture_root, retire_key=None))
     source = write_lines(tmp_path / "in.jsonl", [record_for(capture(capture_root))])
     main(["finalize", str(source), "-o", str(tmp_path / "out.jsonl"), "--config", config])
-    assert "sets no retire.key" in capsys.readouterr().err
+    assert "sets no retire.key" in messages(capsys.readouterr().err)
 
 
 # -- retire ------------------------------------------------------------------------------
@@ -203,7 +204,7 @@ def test_a_forged_ticket_is_refused_and_the_rest_retire(
     store = FileTokenStore(capture_root)
     assert (status, stored_state(store, forged_id).retired) == (3, False)
     assert stored_state(store, genuine_id).retired is True
-    err = capsys.readouterr().err
+    err = messages(capsys.readouterr().err)
     assert "line 1: ticket refused, nothing retired" in err
     assert (
         "retire: 1 ticket refused (signed with another retire.key, or edited): exit status 3\n"
@@ -241,7 +242,7 @@ def test_retire_config_without_a_key_refuses_before_retiring(
     capsys.readouterr()
     nokey = _write_config(tmp_path / "nokey.yaml", _config(capture_root, retire_key=None))
     status = main(["retire", str(forged), "--config", nokey])
-    err = capsys.readouterr().err
+    err = messages(capsys.readouterr().err)
     assert (status, err.count("\n")) == (2, 1)
     assert err.startswith(f"token-finalizer retire: {nokey} sets no retire.key, so no retire ")
     assert "set retire.key" in err and "--server URL" in err

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import token_finalizer
+from tests.support.logs import log_lines
 from token_finalizer.cli import main
 
 
@@ -60,9 +61,13 @@ def test_version_falls_back_to_the_package_version(
 def test_argument_errors_are_one_line_and_exit_2(
     argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A bad argument exits 2 with one stderr line naming it and pointing at --help (no usage)."""
+    """A bad argument exits 2 with one JSON error line naming it and pointing at --help."""
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
-    err = capsys.readouterr().err
-    assert (exit_info.value.code, err.count("\n"), err.startswith(said)) == (2, 1, True), err
-    assert err.rstrip().endswith("--help)")
+    (line,) = log_lines(capsys.readouterr().err)
+    assert (exit_info.value.code, line["level"], line["message"].startswith(said)) == (
+        2,
+        "error",
+        True,
+    ), line
+    assert line["message"].endswith("--help)")

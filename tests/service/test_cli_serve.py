@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from tests.support.captures import record_for
+from tests.support.logs import messages
 from tests.support.servers import free_port, running_app, running_process
 from tests.support.stores import stored_state
 from token_finalizer import FileTokenStore
@@ -121,7 +122,7 @@ def test_invalid_config_starts_no_server(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("sources:\n  local: {kind: file}\n")
     result = _run_cli("serve", "--config", str(config), "--port", str(free_port()))
-    assert result.stderr.strip().splitlines() == [
+    assert messages(result.stderr).splitlines() == [
         "token-finalizer serve: invalid configuration: sources.local: a file source needs `dir`"
     ]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import anyio
 import httpx
+import orjson
 import pytest
 
 from tests.support.captures import make_entry
@@ -117,7 +118,10 @@ def test_store_serve_warns_about_a_role_without_a_token(
     roles = ["--writer-token", "w", "--finalizer-token", "f"]
     code, err = _started(monkeypatch, capsys, ["--dir", str(capture_dir), *roles])
     assert code == 0
-    assert err == "warning: no control token is configured: control routes are refused to all\n"
+    (line,) = err.splitlines()
+    assert orjson.loads(line)["message"] == (
+        "warning: no control token is configured: control routes are refused to all"
+    )
 
 
 def test_store_serve_warns_about_one_token_in_two_roles(

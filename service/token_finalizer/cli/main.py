@@ -18,15 +18,16 @@ Each command module defines its arguments and the command, and imports its
 heavy dependencies (FastAPI, uvicorn, httpx) inside the command, so building
 the parser stays cheap and `store sweep` never loads a web framework.
 
-An argument that cannot work exits with status 2 and one line on stderr
-(`token-finalizer COMMAND: MESSAGE (see token-finalizer COMMAND --help)`),
-not argparse's usage block.
+An argument that cannot work exits with status 2 and one JSON log line on
+stderr (its message `token-finalizer COMMAND: MESSAGE (see token-finalizer
+COMMAND --help)`), not argparse's usage block.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -52,10 +53,18 @@ def version() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, saying a usage error in one line (exit status 2); subcommands inherit it."""
+    """argparse, saying a usage error in one JSON log line (exit status 2); subcommands inherit it.
+
+    Parsing comes before the level is read, so the line is said at error level
+    whatever `TOKEN_FINALIZER_LOG_LEVEL` holds (docs/configuration.md#logs).
+    """
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        from token_finalizer._logging import cli_logging, say
+
+        with cli_logging("ERROR"):
+            say(logging.ERROR, f"{self.prog}: {message} (see {self.prog} --help)")
+        self.exit(2)
 
 
 class _VersionAction(argparse.Action):
@@ -132,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    from token_finalizer._logging import cli_logging, log_level
+    from token_finalizer._logging import cli_logging, log_level, say
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -141,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         level = log_level()
     except ValueError as exc:
-        sys.stderr.write(f"token-finalizer: {exc}\n")
+        with cli_logging("ERROR"):  # the level named is no level: this line is said anyway
+            say(logging.ERROR, f"token-finalizer: {exc}")
         return 2
     # Log records (retries, warnings) are JSON lines on stderr (docs/configuration.md#logs).
     with cli_logging(level):

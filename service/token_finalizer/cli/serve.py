@@ -13,9 +13,9 @@ earlier run's values first, whatever the worker count.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import secrets
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from token_finalizer._constants import (
     DEFAULT_PORT,
     GRACEFUL_SHUTDOWN_S,
 )
+from token_finalizer._logging import say
 from token_finalizer.cli.args import positive_int
 from token_finalizer.settings import (
     CONFIG_ENV_VAR,
@@ -104,13 +105,13 @@ def serve(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(config_path)
     except ConfigError as exc:
-        print(f"token-finalizer serve: {exc}", file=sys.stderr)
+        say(logging.ERROR, f"token-finalizer serve: {exc}")
         return 2
 
     refused = _start_refusals(settings)
     if refused:
         for line in refused:
-            print(f"token-finalizer serve: {line}", file=sys.stderr)
+            say(logging.ERROR, f"token-finalizer serve: {line}")
         return 2
 
     import uvicorn
@@ -125,7 +126,7 @@ def serve(args: argparse.Namespace) -> int:
         # h11 with a request-head deadline, and a connection cap (web/protocol.py).
         protocol = server_options()
     except ValueError as exc:
-        print(f"token-finalizer serve: {exc}", file=sys.stderr)
+        say(logging.ERROR, f"token-finalizer serve: {exc}")
         return 2
 
     from token_finalizer.service.metrics import (
@@ -140,7 +141,7 @@ def serve(args: argparse.Namespace) -> int:
             # Before any worker writes there: a new run starts counting from zero.
             prepare_multiprocess_directory(operator_directory)
         except OSError as exc:
-            print(f"token-finalizer serve: {exc}", file=sys.stderr)
+            say(logging.ERROR, f"token-finalizer serve: {exc}")
             return 2
 
     # A long-running server: large answers must give their memory back when freed.

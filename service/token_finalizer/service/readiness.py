@@ -10,14 +10,15 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from token_finalizer.service.registry import SHARD_UNWRITABLE, UNREADY_MEMORY_STATUSES
 from token_finalizer.service.state import ServiceState
 
-__all__ = ["UNREADY_MEMORY_STATUSES", "Readiness", "readiness"]
-
-# A source's memory status that makes the process unready: its captures cannot be
-# trusted (keys evicted, or a policy that evicts them). `memory_full` does not: the
-# finalizer's freezes and retires are what free the store (docs/capacity.md).
-UNREADY_MEMORY_STATUSES = frozenset({"captures_evicted", "eviction_policy"})
+# A source's memory status in UNREADY_MEMORY_STATUSES makes the process unready: its
+# captures cannot be trusted (keys evicted, or a policy that evicts them). `memory_full`
+# does not: the finalizer's freezes and retires are what free the store
+# (docs/capacity.md). A shard that cannot take writes does (SHARD_UNWRITABLE): freezes
+# and retires of its rollouts fail until its replicas are back.
+__all__ = ["SHARD_UNWRITABLE", "UNREADY_MEMORY_STATUSES", "Readiness", "readiness"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,4 +67,10 @@ async def readiness(state: ServiceState) -> Readiness:
     if untrusted:
         reasons = ", ".join(f"{name} ({sources[name]['status']})" for name in untrusted)
         return Readiness("unavailable", sources, f"source(s) may lose captures: {reasons}", guard)
+    stuck = sorted(
+        name for name, probe in sources.items() if probe.get("status") == SHARD_UNWRITABLE
+    )
+    if stuck:
+        reasons = "; ".join(f"{name}: {sources[name]['error']}" for name in stuck)
+        return Readiness("unavailable", sources, f"source(s) cannot take writes: {reasons}", guard)
     return Readiness("ready", sources, guard=guard)

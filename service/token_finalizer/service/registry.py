@@ -24,7 +24,19 @@ from token_finalizer.settings import Settings
 from token_finalizer.sources import open_source
 from token_finalizer.sources.base import CaptureSource, MemoryHealth, StagedExtras
 
-__all__ = ["InstrumentedSource", "SourceRegistry", "as_capture_source"]
+# A source's status while one of its shards cannot take writes
+# (docs/finalizer-api.md#health-readiness-metrics).
+SHARD_UNWRITABLE = "shard_unwritable"
+# Statuses that already make the process unready, which the shards' do not replace.
+UNREADY_MEMORY_STATUSES = frozenset({"captures_evicted", "eviction_policy"})
+
+__all__ = [
+    "SHARD_UNWRITABLE",
+    "UNREADY_MEMORY_STATUSES",
+    "InstrumentedSource",
+    "SourceRegistry",
+    "as_capture_source",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +123,24 @@ class InstrumentedSource:
         inner = self.inner
         return inner.store_option if isinstance(inner, AddressedSource) else ""
 
+    async def unwritable_shards(self) -> tuple[list[dict[str, Any]], str | None]:
+        """A redis store with `min_replicas_acked`: its primaries, and why some cannot take
+        writes (None when every one can); ([], None) for any other source. Each primary's
+        verdict is also the `source_shard_writable` gauge."""
+        inner = self.inner
+        if getattr(inner, "kind", None) != "redis":
+            return [], None
+        from token_finalizer.sources.redis import RedisTokenStore, unwritable_message
+
+        if not isinstance(inner, RedisTokenStore) or not inner.min_replicas_acked:
+            return [], None
+        shards = await inner.shard_health()
+        for shard in shards:
+            writable = self._metrics.source_shard_writable.labels(self.name, shard.node)
+            writable.set(1 if shard.writable else 0)
+        stuck = [unwritable_message(shard) for shard in shards if not shard.writable]
+        return [shard.to_dict() for shard in shards], "; ".join(stuck) or None
+
     async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
         """The extras of staged calls, through the wrapped source."""
         return await self._timed("fetch_extras", self.inner.fetch_extras(rollout_id, call_ids))
@@ -177,16 +207,22 @@ class SourceRegistry:
         A store with several servers (a Redis Cluster) names the node that is down.
         A store with a memory limit adds `memory`, and `status` (`memory_full`,
         `captures_evicted`, `eviction_policy`) when it is not healthy
-        (docs/capacity.md).
+        (docs/capacity.md). A redis store with `min_replicas_acked` adds
+        `shards`, and `status` `shard_unwritable` with the `error` naming each
+        primary short of replicas and the replicas it lacks.
         """
 
-        async def checked(source: InstrumentedSource) -> MemoryHealth | None:
+        async def checked(
+            source: InstrumentedSource,
+        ) -> tuple[MemoryHealth | None, tuple[list[dict[str, Any]], str | None]]:
             await source.ping()
-            return await source.memory_health()
+            return await source.memory_health(), await source.unwritable_shards()
 
         async def probe(source: InstrumentedSource) -> dict[str, Any]:
             try:
-                memory = await asyncio.wait_for(checked(source), timeout=READY_PING_TIMEOUT_S)
+                memory, (shards, stuck) = await asyncio.wait_for(
+                    checked(source), timeout=READY_PING_TIMEOUT_S
+                )
             except TimeoutError:
                 return {"reachable": False, "error": f"no answer in {READY_PING_TIMEOUT_S}s"}
             except StoreNodeUnreachable as exc:
@@ -194,11 +230,16 @@ class SourceRegistry:
                 return {"reachable": False, "error": redact(str(exc))}
             except Exception as exc:
                 return {"reachable": False, "error": redact(describe_exception(exc))}
-            if memory is None:
-                return {"reachable": True}
-            answer: dict[str, Any] = {"reachable": True, "memory": memory.memory}
-            if memory.status is not None:
-                answer["status"] = memory.status
+            answer: dict[str, Any] = {"reachable": True}
+            if memory is not None:
+                answer["memory"] = memory.memory
+                if memory.status is not None:
+                    answer["status"] = memory.status
+            if shards:
+                answer["shards"] = shards
+            if stuck is not None and answer.get("status") not in UNREADY_MEMORY_STATUSES:
+                # A shard short of replicas: every write (freeze, drop) to its slots fails.
+                answer["status"], answer["error"] = SHARD_UNWRITABLE, stuck
             return answer
 
         names = self.names

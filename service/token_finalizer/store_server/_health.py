@@ -10,6 +10,11 @@ A redis store also reports its memory (`"memory": {"used", "max",
 "fraction", "high_water"}`) and is 503 `memory_full` above its high-water
 mark (writes that add capture data are refused; freeze and retire work) or
 503 `captures_evicted` once Redis evicted keys while this server ran.
+A Redis Cluster (or a server with `min_replicas_acked`) also reports each
+primary (`"shards"`) and is 503 `shard_unwritable`, naming the primary and
+the replicas it lacks, while one has fewer connected replicas than
+`min_replicas_acked`: every write to its slots would answer 503.
+The verdict also carries the figures the metrics export (`memory`, `shards`).
 See docs/store-protocol.md#health and docs/capacity.md.
 """
 
@@ -17,22 +22,32 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from token_finalizer._constants import STORE_HEALTH_TIMEOUT_S
 from token_finalizer.core.errors import CaptureError, StoreNodeUnreachable, describe_exception
 from token_finalizer.core.redaction import redact
 from token_finalizer.sources.base import CaptureStore, MemoryHealth
 
-__all__ = ["Health", "store_health"]
+if TYPE_CHECKING:
+    from token_finalizer.sources.redis import RedisTokenStore
+    from token_finalizer.sources.redis._memory import MemoryReading
+    from token_finalizer.sources.redis._shards import ShardReading
+
+__all__ = ["SHARD_UNWRITABLE", "Health", "store_health"]
+
+SHARD_UNWRITABLE = "shard_unwritable"
 
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """The status code and body of one /health answer."""
+    """The status code and body of one /health answer, and the figures read for it."""
 
     status_code: int
     body: dict[str, Any]
+    # A redis store's last memory reading and primaries, for the metrics.
+    memory: MemoryReading | None = None
+    shards: tuple[ShardReading, ...] = ()
 
 
 _HEALTHY = Health(200, {"status": "ok"})
@@ -46,9 +61,13 @@ _WHY = {
 }
 
 
-async def _probe(store: CaptureStore) -> MemoryHealth | None:
+# Statuses that say more than a shard that cannot write: captures may be lost already.
+_UNTRUSTED = frozenset({"captures_evicted", "eviction_policy"})
+
+
+async def _probe(store: CaptureStore) -> tuple[MemoryHealth | None, tuple[ShardReading, ...]]:
     await store.ping()
-    return await store.memory_health()
+    return await store.memory_health(), await _shards(store)
 
 
 def _memory_verdict(store: CaptureStore, memory: MemoryHealth) -> Health:
@@ -66,20 +85,72 @@ def _memory_verdict(store: CaptureStore, memory: MemoryHealth) -> Health:
     return Health(503, body)
 
 
-def _node(store: CaptureStore) -> str | None:
-    """The Redis node a redis store talks to; None for other stores (redis-py stays unloaded)."""
+def _redis_store(store: CaptureStore) -> RedisTokenStore | None:
+    """`store` when it is a redis store; None for others (redis-py stays unloaded)."""
     if store.kind != "redis":
         return None
     from token_finalizer.sources.redis import RedisTokenStore
 
-    return store.node if isinstance(store, RedisTokenStore) else None
+    return store if isinstance(store, RedisTokenStore) else None
+
+
+def _node(store: CaptureStore) -> str | None:
+    """The Redis node a redis store talks to; None for other stores."""
+    redis = _redis_store(store)
+    return None if redis is None else redis.node
+
+
+async def _shards(store: CaptureStore) -> tuple[ShardReading, ...]:
+    redis = _redis_store(store)
+    return () if redis is None else await redis.shard_health()
+
+
+def _with_figures(store: CaptureStore, verdict: Health, *, down: str | None = None) -> Health:
+    """The verdict with the redis store's latest memory reading and primaries (`down`, a
+    primary that did not answer the ping, counted unreachable)."""
+    redis = _redis_store(store)
+    if redis is None:
+        return verdict
+    shards = redis.shard_readings
+    if down is not None and shards:
+        from token_finalizer.sources.redis import ShardReading
+
+        kept = tuple(shard for shard in shards if shard.node != down)
+        shards = (*kept, ShardReading(down, False, needed=shards[0].needed, error="no PING"))
+    return Health(verdict.status_code, verdict.body, redis.memory_reading, shards)
+
+
+def _shard_verdict(
+    store: CaptureStore, verdict: Health, shards: tuple[ShardReading, ...]
+) -> Health:
+    """503 `shard_unwritable` when a primary cannot take writes, else `verdict` with the shards."""
+    from token_finalizer.sources.redis import unwritable_message
+
+    if not shards:
+        return verdict
+    shown = [shard.to_dict() for shard in shards]
+    stuck = [shard for shard in shards if not shard.writable]
+    if not stuck or verdict.body.get("status") in _UNTRUSTED:
+        return Health(verdict.status_code, {**verdict.body, "shards": shown})
+    body: dict[str, Any] = {
+        "status": SHARD_UNWRITABLE,
+        "store": store.kind,
+        "error": "; ".join(unwritable_message(shard) for shard in stuck),
+        "shards": shown,
+    }
+    if "memory" in verdict.body:
+        body["memory"] = verdict.body["memory"]
+    return Health(503, body)
 
 
 async def store_health(store: CaptureStore, *, timeout_s: float = STORE_HEALTH_TIMEOUT_S) -> Health:
     """200 `{"status": "ok"}` when the store answers its ping in time, else 503 saying why.
 
     A store with a memory limit adds `memory`, and is 503 `memory_full` or
-    `captures_evicted` (with `error` and `store`) when its memory says so.
+    `captures_evicted` (with `error` and `store`) when its memory says so. A
+    cluster adds `shards`, and is 503 `shard_unwritable` while a primary has
+    fewer connected replicas than `min_replicas_acked` (beside `memory_full`
+    too: writes to that shard fail either way).
 
     503 body: `{"status": "unhealthy", "store": kind, "error": ...}`; a redis
     store adds `"redis": {"reachable": false, "node": "host:port", "error": ...}`,
@@ -87,7 +158,7 @@ async def store_health(store: CaptureStore, *, timeout_s: float = STORE_HEALTH_T
     """
     node: str | None = None
     try:
-        memory = await asyncio.wait_for(_probe(store), timeout=timeout_s)
+        memory, shards = await asyncio.wait_for(_probe(store), timeout=timeout_s)
     except TimeoutError:
         error = f"the {store.kind} store did not answer within {timeout_s:g}s"
     except StoreNodeUnreachable as exc:
@@ -98,11 +169,13 @@ async def store_health(store: CaptureStore, *, timeout_s: float = STORE_HEALTH_T
     except Exception as exc:  # a health check answers, whatever the backend raised
         error = redact(describe_exception(exc))
     else:
-        return _HEALTHY if memory is None else _memory_verdict(store, memory)
+        verdict = _HEALTHY if memory is None else _memory_verdict(store, memory)
+        return _with_figures(store, _shard_verdict(store, verdict, shards))
     if node is None:
         node = _node(store)
         if node is None:
             return Health(503, {"status": "unhealthy", "store": store.kind, "error": error})
         error = f"redis node {node}: {error}"
     redis = {"reachable": False, "node": node, "error": error}
-    return Health(503, {"status": "unhealthy", "store": store.kind, "error": error, "redis": redis})
+    body = {"status": "unhealthy", "store": store.kind, "error": error, "redis": redis}
+    return _with_figures(store, Health(503, body), down=node)

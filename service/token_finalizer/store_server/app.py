@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from token_finalizer._constants import STORE_MAX_BODY_BYTES, STORE_RETRY_AFTER_S
+from token_finalizer._prometheus import CONTENT_TYPE_LATEST
 from token_finalizer.core.errors import (
     CaptureConflict,
     CaptureCorrupt,
@@ -46,9 +47,10 @@ from token_finalizer.store_server._requests import (
     resolve_request,
     token_form,
 )
-from token_finalizer.store_server._route_access import route_access
+from token_finalizer.store_server._route_access import route_access, route_template
 from token_finalizer.store_server.capabilities import capabilities_body
 from token_finalizer.store_server.control_route import install_control_route
+from token_finalizer.store_server.metrics import StoreMetrics, StoreMetricsMiddleware
 from token_finalizer.store_server.roles import (
     CALL_ROUTE,
     StoreTokens,
@@ -164,8 +166,8 @@ def _access(token: str | None, tokens: StoreTokens | None) -> StoreTokens:
     )
 
 
-def _app_with_guards(access: StoreTokens) -> FastAPI:
-    """The bare app: the status table, the bearer check by role, the access log."""
+def _app_with_guards(access: StoreTokens, metrics: StoreMetrics) -> FastAPI:
+    """The bare app: the status table, the bearer check by role, the access log, metrics."""
     app = FastAPI(
         title="token-finalizer capture store",
         summary="Remote capture store, protocol v1",
@@ -191,22 +193,39 @@ def _app_with_guards(access: StoreTokens) -> FastAPI:
     app.add_middleware(ControlCharacterRefusal)
     # One JSON line per request, probes (/health) at debug level only.
     app.add_middleware(AccessLogMiddleware)
+    # Outermost: the guard's 401s and 403s are counted with their route too,
+    # labelled by the route the router serves (_route_access).
+    app.add_middleware(
+        StoreMetricsMiddleware, metrics=metrics, route_of=route_template(app.router.routes)
+    )
     return app
 
 
-def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> None:
-    """/health, /capabilities and the token-capture routes (docs/store-protocol.md#calls)."""
+def _install_probes(app: FastAPI, store: CaptureStore, metrics: StoreMetrics) -> None:
+    """/health and /capabilities (open), /metrics (any configured token): docs/store-protocol.md."""
 
     @app.get("/health")
     async def health() -> Response:
         # The backend is pinged too: a store whose Redis is down is not healthy.
         verdict = await store_health(store)
+        metrics.note_health(verdict)
         return json_response(verdict.body, status_code=verdict.status_code)
 
     @app.get("/capabilities")
     async def capabilities() -> Response:
         # Which extensions clients may use (docs/store-protocol.md#extensions-and-capabilities).
         return json_response(capabilities_body())
+
+    @app.get("/metrics")
+    async def metrics_text() -> Response:
+        # Each scrape reads the backend's health and memory figures afresh.
+        verdict = await store_health(store)
+        metrics.note_health(verdict)
+        return Response(metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _install_capture_routes(app: FastAPI, store: CaptureStore, read: BodyReader) -> None:
+    """Protocol v1's token-capture routes (docs/store-protocol.md#calls)."""
 
     @app.post(PROTOCOL_PREFIX + "/freeze")
     async def freeze(rollout_id: str, request: Request) -> Response:
@@ -294,15 +313,18 @@ def create_store_app(
     The routes call its put, mark_incomplete, begin_call, freeze_lines, drop
     and resolve_lineage (read-only), and its staging methods. With `tokens`,
     every path but /health needs `Authorization: Bearer <token>` of a token
-    holding the route's role (401 for an unknown token, 403 for a wrong role);
-    `token` is one token holding every role. NeMo Gym's control route is
+    holding the route's role (401 for an unknown token, 403 for a wrong role;
+    /metrics takes any configured token); `token` is one token holding every
+    role. NeMo Gym's control route is
     mounted only when a control (or shared) token is configured, and checks
     it itself. Request bodies over `max_body_bytes` are refused with 413. The
     caller owns `store` and closes it.
     """
     access = _access(token, tokens)
-    app = _app_with_guards(access)
+    metrics = StoreMetrics()
+    app = _app_with_guards(access, metrics)
     read = _body_reader(max_body_bytes)
+    _install_probes(app, store, metrics)
     _install_capture_routes(app, store, read)
     install_staging_routes(app, store, read)
     if access.control or access.shared:

@@ -25,6 +25,7 @@ from enum import StrEnum
 from token_finalizer_client.protocol import ROLLOUT_ROUTE
 
 __all__ = [
+    "ANY_TOKEN_ROUTES",
     "ATTACHMENTS_ROUTE",
     "CALL_ROUTE",
     "CLEAR_ROUTE",
@@ -78,6 +79,9 @@ ROUTE_ROLES: Mapping[tuple[str, str], StoreRole] = {
 # Probes: load balancers and the finalizer's /ready carry no token; a client
 # asks /capabilities before it has used its token for anything else.
 OPEN_ROUTES = frozenset({("GET", "/health"), ("GET", "/capabilities")})
+# Routes any configured token may read, whatever its roles: /metrics, so a
+# scraper holds no token that can freeze or write (docs/store-protocol.md#metrics).
+ANY_TOKEN_ROUTES = frozenset({("GET", "/metrics")})
 # Routes that check the bearer token themselves, answering a refusal in the shape
 # their caller expects: NeMo Gym's control route (401 {"detail": ...}). The
 # shared guard lets them through; each accepts the tokens of its role.
@@ -85,13 +89,14 @@ SELF_CHECKED_ROUTES = frozenset({("GET", CONTROL_MANIFEST_ROUTE)})
 
 
 def unassigned_routes(routes: Iterable[tuple[str, str]]) -> list[str]:
-    """`METHOD path` of every (method, path) that is neither open nor in ROUTE_ROLES."""
+    """`METHOD path` of every (method, path) neither open, any token's, nor in ROUTE_ROLES."""
     return sorted(
         f"{method} {path}"
         for method, path in routes
         if method != "HEAD"
         and (method, path) not in ROUTE_ROLES
         and (method, path) not in OPEN_ROUTES
+        and (method, path) not in ANY_TOKEN_ROUTES
     )
 
 

@@ -22,6 +22,7 @@ from token_finalizer.web.answers import error_response
 from token_finalizer.web.errors import HttpError
 
 __all__ = [
+    "ANY_ROLE",
     "AccessOf",
     "BearerTokenGuard",
     "Unguarded",
@@ -42,9 +43,18 @@ class Unguarded(Enum):
     SELF_CHECKED = "self-checked"  # answers its own refusals, in its caller's shape
 
 
-# A request's scope -> the role of the route that will serve it, Unguarded for a
-# route checked elsewhere (or not at all), None when no route serves it.
-AccessOf = Callable[[Scope], "str | Unguarded | None"]
+class AnyRole(Enum):
+    """A route every configured token may use, whatever its roles (the store's /metrics)."""
+
+    ANY = "any"
+
+
+ANY_ROLE = AnyRole.ANY
+
+# A request's scope -> the role of the route that will serve it (ANY_ROLE: any
+# token's), Unguarded for a route checked elsewhere (or not at all), None when
+# no route serves it.
+AccessOf = Callable[[Scope], "str | AnyRole | Unguarded | None"]
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -94,7 +104,8 @@ class BearerTokenGuard:
     """ASGI wrapper answering 401 or 403 `{"error"}` unless the request bears a fitting token.
 
     `tokens` maps each role to its tokens; `access_of` names the role of the
-    route that will serve a request (docs/store-protocol.md#roles). A plain
+    route that will serve a request (docs/store-protocol.md#roles), or
+    `ANY_ROLE` for a route any known token may use. A plain
     ASGI wrapper rather than a Starlette BaseHTTPMiddleware: it never touches
     response bodies, so a 30 MB snapshot streams through untouched. Unguarded
     routes (probes, routes that check their token themselves) go through
@@ -135,7 +146,7 @@ class BearerTokenGuard:
                 break
         try:
             held = roles_of_bearer(header, self._tokens)
-            if needed is not None and needed not in held:
+            if isinstance(needed, str) and needed not in held:
                 raise HttpError(
                     403,
                     f"this token may not {scope['method']} {scope['path']}: that needs a "

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import os
-import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from token_finalizer._constants import BATCH_DEFAULT_CONCURRENCY, BATCH_TOKEN_ENV_VAR
+from token_finalizer._logging import say
 from token_finalizer.cli.args import positive_int
 from token_finalizer.cli.batch.running import UsageError
 
@@ -112,11 +113,12 @@ def _check_retire_key(settings: Settings, config: str) -> None:
 def _warn_unverifiable_tickets(settings: Settings, config: str) -> None:
     """Say that tickets signed under a random key cannot be retired by any later process."""
     if settings.retire.key is None:
-        sys.stderr.write(
+        say(
+            logging.WARNING,
             f"token-finalizer finalize: warning: {config} sets no retire.key: the tickets "
             "written to the output verify in this process only, so `token-finalizer retire` "
             "will refuse them; set retire.key to retire later (finalizing again then gives "
-            "new tickets for the same snapshots)\n"
+            "new tickets for the same snapshots)",
         )
 
 

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from token_finalizer._constants import MAX_JSON_DEPTH
+from token_finalizer._logging import CLI_LOGGER, say
 from token_finalizer.cli.batch.arguments import (
     check_output,
     open_input,
@@ -68,6 +68,10 @@ class _Written:
     error: str | None = None
 
 
+# Every outcome a line can have, each a key of the summary's log line.
+_OUTCOMES = ("finalized", "masked", "no_build", "bad_line")
+
+
 @dataclass
 class _FinalizeSummary:
     lines: int = 0
@@ -91,8 +95,19 @@ class _FinalizeSummary:
             f"finalize: {counted(self.lines, 'line')} -> {output}: "
             f"{self.outcomes['finalized']} finalized ({self.retirable} retirable), "
             f"{self.outcomes['masked']} masked{f' ({by_reason})' if by_reason else ''}, "
-            f"{self.outcomes['no_build']} no build, {counted(bad, 'bad line')}{kept}\n"
+            f"{self.outcomes['no_build']} no build, {counted(bad, 'bad line')}{kept}"
         )
+
+    def fields(self, output: Path) -> dict[str, Any]:
+        """The summary's counts, as keys of its log line."""
+        return {
+            "lines": self.lines,
+            "output": str(output),
+            **{outcome: self.outcomes[outcome] for outcome in _OUTCOMES},
+            "carried": self.outcomes["carried"],
+            "retirable": self.retirable,
+            "mask_reasons": dict(sorted(self.reasons.items())),
+        }
 
 
 def _encode(payload: dict[str, Any]) -> bytes:
@@ -176,12 +191,16 @@ def _per_record_warnings_muted() -> Iterator[None]:
     in the summary, and thousands of them would bury the lines that matter.
     """
     service_logger = logging.getLogger("token_finalizer")
-    level = service_logger.level
+    # The command's own lines (line reports, the summary) keep the level they had.
+    cli_logger = logging.getLogger(CLI_LOGGER)
+    level, cli_level = service_logger.level, cli_logger.level
+    cli_logger.setLevel(cli_logger.getEffectiveLevel())
     service_logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
         service_logger.setLevel(level)
+        cli_logger.setLevel(cli_level)
 
 
 def _finalize(args: argparse.Namespace) -> int:
@@ -215,18 +234,18 @@ def _finalize(args: argparse.Namespace) -> int:
             # Durable before anyone may retire: also after a stop or an interrupt.
             fsync(writer, output_path)
             progress.finish()
-    sys.stderr.write(summary.text(output_path))
+    # One JSON line with the counts, the words in its message (docs/configuration.md#logs).
+    say(logging.INFO, summary.text(output_path), **summary.fields(output_path))
     if stopped is not None:
-        sys.stderr.write(
-            f"finalize: stopped at {stopped}\n"
-            f"finalize: {output_path} holds the first {summary.lines} lines only\n"
-        )
+        say(logging.ERROR, f"finalize: stopped at {stopped}")
+        say(logging.ERROR, f"finalize: {output_path} holds the first {summary.lines} lines only")
         return EXIT_STOPPED
     bad = summary.outcomes["bad_line"]
     if bad and not args.allow_bad_lines:
-        sys.stderr.write(
+        say(
+            logging.ERROR,
             f"finalize: {counted(bad, 'bad line')} (reported above, error lines "
-            f"in {output_path}): exit status {EXIT_LINES_FAILED}; --allow-bad-lines accepts them\n"
+            f"in {output_path}): exit status {EXIT_LINES_FAILED}; --allow-bad-lines accepts them",
         )
         return EXIT_LINES_FAILED
     return EXIT_OK

@@ -4,18 +4,21 @@ The bar advances by the bytes of each finished input line, so its share,
 byte rate and ETA hold for records of any size; it also shows how many lines
 are done and how many per second. It is drawn only when stderr is a terminal:
 redirected to a file or a pipe, stderr holds the line messages and the
-summary, nothing else.
+summary (JSON lines), nothing else.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import deque
+from contextlib import nullcontext
 from typing import TextIO
 
 from tqdm import tqdm
 
 from token_finalizer._constants import BATCH_PROGRESS_INTERVAL_S
+from token_finalizer._logging import say
 
 __all__ = ["Progress"]
 
@@ -71,10 +74,9 @@ class Progress:
     def report(self, number: int, message: str) -> None:
         """Say what went wrong with input line `number`, on a line of its own above the bar."""
         text = f"line {number}: {message}"
-        if self.enabled:
-            tqdm.write(text, file=self._stream)
-        else:
-            self._stream.write(text + "\n")
+        # A JSON line like every other (docs/configuration.md#logs), the bar cleared around it.
+        with tqdm.external_write_mode(file=self._stream) if self.enabled else nullcontext():
+            say(logging.WARNING, text, line=number)
 
     def finish(self) -> None:
         """Leave the bar's final state on its own line (nothing when no bar is drawn)."""

@@ -22,14 +22,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import logging
 import os
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from token_finalizer._logging import say
 from token_finalizer.cli.batch.arguments import open_input, open_target
 from token_finalizer.cli.batch.lines import Line, read_jsonl
 from token_finalizer.cli.batch.progress import Progress
@@ -159,7 +160,7 @@ def _retire_summary(lines: int, outcomes: Counter[str]) -> str:
         f"{outcomes['not_retired']} not retired (the store moved on), "
         f"{outcomes['not_retirable']} not retirable, "
         f"{counted(outcomes['error_line'], 'error line')}, "
-        f"{bad} bad, {outcomes['refused']} tickets refused\n"
+        f"{bad} bad, {outcomes['refused']} tickets refused"
     )
 
 
@@ -189,7 +190,7 @@ def _recovery(path: Path) -> str:
         f"retire: to recover, finalize this file again (finalize takes its answers and "
         f"finalizes their records), then retire the new output: "
         f"`token-finalizer finalize {path} -o {again}` and "
-        f"`token-finalizer retire {again}`, both with this command's --server or --config\n"
+        f"`token-finalizer retire {again}`, both with this command's --server or --config"
     )
 
 
@@ -219,22 +220,25 @@ def _retire(args: argparse.Namespace) -> int:
             )
         finally:
             progress.finish()
-    sys.stderr.write(_retire_summary(progress.lines, outcomes))
+    # One JSON line with the counts, the words in its message (docs/configuration.md#logs).
+    counts = {"lines": progress.lines, **dict(sorted(outcomes.items()))}
+    say(logging.INFO, _retire_summary(progress.lines, outcomes), **counts)
     if stopped is not None:
-        sys.stderr.write(f"retire: stopped at {stopped}\n")
+        say(logging.ERROR, f"retire: stopped at {stopped}")
         return EXIT_STOPPED
     answers = sum(outcomes[outcome] for outcome in _ANSWER_OUTCOMES)
     if answers == 0 and outcomes["not_an_answer"] + outcomes["unreadable"] > 0:
-        sys.stderr.write(
+        say(
+            logging.ERROR,
             f"token-finalizer retire: no line of {args.input} is a finalize answer: "
-            f"{_PASS_FINALIZE_OUTPUT}\n"
+            f"{_PASS_FINALIZE_OUTPUT}",
         )
         return EXIT_USAGE
     failures = _failures(outcomes, args.allow_bad_lines)
     if failures is not None:
-        sys.stderr.write(f"retire: {failures}: exit status {EXIT_LINES_FAILED}\n")
+        say(logging.ERROR, f"retire: {failures}: exit status {EXIT_LINES_FAILED}")
         if outcomes["refused"]:
-            sys.stderr.write(_recovery(args.input))
+            say(logging.ERROR, _recovery(args.input))
         return EXIT_LINES_FAILED
     return EXIT_OK
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, TypeVar
+
+from token_finalizer._logging import say
 
 if TYPE_CHECKING:
     from token_finalizer.cli.batch.targets import BatchTarget
@@ -83,9 +85,9 @@ def run_command(
     try:
         return command(args)
     except UsageError as exc:
-        sys.stderr.write(f"token-finalizer {name}: {exc}\n")
+        say(logging.ERROR, f"token-finalizer {name}: {exc}")
         return EXIT_USAGE
     except KeyboardInterrupt:
         # The lines written so far were fsynced on the way out.
-        sys.stderr.write(f"\ntoken-finalizer {name}: interrupted\n")
+        say(logging.ERROR, f"token-finalizer {name}: interrupted")
         return EXIT_INTERRUPTED

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
 
+from token_finalizer._logging import say
 from token_finalizer.cli.store.backend import (
     Backend,
     UsageError,
@@ -99,13 +101,13 @@ def store_inspect(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(_inspect(backend, args.rollout_id))
     except CaptureError as exc:
-        print(f"error: rollout {args.rollout_id}: {describe_exception(exc)}", file=sys.stderr)
+        say(logging.ERROR, f"error: rollout {args.rollout_id}: {describe_exception(exc)}")
         return 1
     if report is None:
         print(json.dumps({"rollout_id": args.rollout_id, "found": False}))
-        print(
+        say(
+            logging.WARNING,
             f"nothing stored for rollout {args.rollout_id} in {backend.where}{_prefix_hint(args)}",
-            file=sys.stderr,
         )
         return 1
     print(json.dumps({"found": True, **report.to_dict()}, indent=2))
@@ -139,10 +141,10 @@ def store_delete(args: argparse.Namespace) -> int:
 
     backend = _backend(args)
     if not args.yes and not sys.stdin.isatty():
-        print(
+        say(
+            logging.ERROR,
             "error: store delete asks for confirmation and stdin is not a terminal; "
             "pass --yes to delete without asking",
-            file=sys.stderr,
         )
         return 2
     rollout_id = args.rollout_id
@@ -153,36 +155,36 @@ def store_delete(args: argparse.Namespace) -> int:
         # Exactly what delete is for: a capture whose files cannot be trusted.
         summary = f"unreadable: {exc}"
     except CaptureError as exc:
-        print(f"error: rollout {rollout_id}: {describe_exception(exc)}", file=sys.stderr)
+        say(logging.ERROR, f"error: rollout {rollout_id}: {describe_exception(exc)}")
         return 1
     else:
         if report is None:
-            print(f"nothing stored for rollout {rollout_id} in {backend.where}", file=sys.stderr)
+            say(logging.WARNING, f"nothing stored for rollout {rollout_id} in {backend.where}")
             return 1
         summary = _summary(report)
         evidence = report.frozen and not report.retired
     if not args.yes:
         if evidence:
-            print(
+            say(
+                logging.WARNING,
                 "warning: this capture is frozen and was not retired: it may be the only "
                 "evidence of a failed or masked build",
-                file=sys.stderr,
             )
         try:
             confirmed = _confirmed(f"delete rollout {rollout_id} ({summary}) from {backend.where}?")
         except (EOFError, KeyboardInterrupt):
             confirmed = False
         if not confirmed:
-            print("not deleted", file=sys.stderr)
+            say(logging.WARNING, "not deleted")
             return 1
     try:
         removed = asyncio.run(_delete(backend, rollout_id))
     except CaptureError as exc:
-        print(f"error: rollout {rollout_id}: {describe_exception(exc)}", file=sys.stderr)
+        say(logging.ERROR, f"error: rollout {rollout_id}: {describe_exception(exc)}")
         return 1
-    print(
+    say(
+        logging.INFO,
         f"deleted rollout {rollout_id} ({summary}) from {backend.where}: "
         f"{', '.join(removed) or 'nothing'}",
-        file=sys.stderr,
     )
     return 0

@@ -16,13 +16,14 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import sys
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from token_finalizer._constants import DEFAULT_STORE_REDIS_TIMEOUT_S
+from token_finalizer._logging import say
 from token_finalizer.sources.base import CaptureStore
 
 __all__ = [
@@ -95,7 +96,7 @@ def exits_on_usage_error(
         try:
             return command(args)
         except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            say(logging.ERROR, f"error: {exc}")
             return 2
 
     return run

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
-import sys
 from typing import Any
 
 from token_finalizer._constants import (
@@ -20,6 +20,8 @@ from token_finalizer._constants import (
     DEFAULT_MEMORY_HIGH_WATER,
     DEFAULT_STORE_PORT,
 )
+from token_finalizer._logging import say
+from token_finalizer.cli.args import positive_int
 from token_finalizer.cli.store.backend import (
     Backend,
     add_backend_arguments,
@@ -100,6 +102,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(STORE_TOKEN_ENV_VAR) or None,
         help=f"one bearer token valid for every role (default: ${STORE_TOKEN_ENV_VAR}, which "
         "keeps it out of the process list); prefer a token per role; /health stays open",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1); each opens its own connection to the store, "
+        "/metrics sums every worker's",
     )
     for role in StoreRole:
         parser.add_argument(
@@ -198,37 +208,83 @@ async def _refuses_eviction(store: Any) -> str | None:
     return None
 
 
+async def _refusal(store: Any, backend: Backend) -> str | None:
+    """Why this store may not be served (its error line), None when it may.
+
+    Checked before the port opens, by `store serve` and by the parent of
+    `--workers N`: the store answers; a cluster node is served in cluster
+    mode; a redis store's eviction policy evicts nothing (or --allow-eviction).
+    """
+    from token_finalizer.core.errors import CaptureError
+
+    try:
+        await store.ping()
+    except CaptureError as exc:
+        return f"error: the store {backend.where} cannot be reached: {exc}"
+    check_cluster_mode = getattr(store, "check_cluster_mode", None)
+    if check_cluster_mode is not None:
+        try:
+            await check_cluster_mode()
+        except CaptureError as exc:
+            return f"error: {exc}"
+    refusal = await _refuses_eviction(store)
+    return None if refusal is None else f"error: {refusal}"
+
+
+def _serving_options(args: argparse.Namespace) -> dict[str, Any]:
+    """uvicorn's options of every `store serve`: address, JSON logs, h11 with its deadlines."""
+    from token_finalizer.web.protocol import server_options
+
+    # h11 with a request-head deadline, and a connection cap (web/protocol.py).
+    return {"host": args.host, "port": args.port, **_server_logging(), **server_options()}
+
+
+async def _servable(backend: Backend) -> bool:
+    """Whether the backend's store may be served (its refusal said as a JSON line when not)."""
+    async with opened(backend) as store:
+        refusal = await _refusal(store, backend)
+    if refusal is not None:
+        say(logging.ERROR, refusal)
+        return False
+    return True
+
+
 async def _serve(args: argparse.Namespace, backend: Backend) -> int:
     """Serve the backend's store until interrupted: checked reachable first, closed at the end."""
     import uvicorn
 
-    from token_finalizer.core.errors import CaptureError
     from token_finalizer.store_server import create_store_app
-    from token_finalizer.web.protocol import server_options
 
     async with opened(backend) as store:
-        try:
-            await store.ping()
-        except CaptureError as exc:
-            print(f"error: the store {backend.where} cannot be reached: {exc}", file=sys.stderr)
-            return 2
-        check_cluster_mode = getattr(store, "check_cluster_mode", None)
-        if check_cluster_mode is not None:
-            try:
-                await check_cluster_mode()
-            except CaptureError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
-        refusal = await _refuses_eviction(store)
+        refusal = await _refusal(store, backend)
         if refusal is not None:
-            print(f"error: {refusal}", file=sys.stderr)
+            say(logging.ERROR, refusal)
             return 2
         app = create_store_app(store, tokens=_store_tokens(args))
-        # h11 with a request-head deadline, and a connection cap (web/protocol.py).
-        config = uvicorn.Config(
-            app, host=args.host, port=args.port, **_server_logging(), **server_options()
-        )
+        config = uvicorn.Config(app, **_serving_options(args))
         await uvicorn.Server(config).serve()
+    return 0
+
+
+def _serve_workers(args: argparse.Namespace, backend: Backend, tokens: StoreTokens) -> int:
+    """`--workers N`: the store checked here (as `_serve` does), then N processes serving it."""
+    import uvicorn
+
+    from token_finalizer._prometheus import multiprocess_directory
+    from token_finalizer.cli.store.workers import WORKER_SPEC_ENV_VAR, worker_spec
+
+    if not asyncio.run(_servable(backend)):
+        return 2
+    os.environ[WORKER_SPEC_ENV_VAR] = worker_spec(backend, tokens)
+    # Set before the workers start (and import prometheus-client): every
+    # worker's metrics go to files there, and /metrics sums them all.
+    with multiprocess_directory():
+        uvicorn.run(
+            "token_finalizer.cli.store.workers:worker_app",
+            factory=True,
+            workers=args.workers,
+            **_serving_options(args),
+        )
     return 0
 
 
@@ -238,19 +294,33 @@ def store_serve(args: argparse.Namespace) -> int:
     try:
         tokens = _store_tokens(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(logging.ERROR, f"error: {exc}")
         return 2
     backend = backend_of(args, existing_dir=False)
     for warning in _token_warnings(tokens):
-        print(f"warning: {warning}", file=sys.stderr)
+        say(logging.WARNING, f"warning: {warning}")
     if args.host not in _LOOPBACK and not tokens.enabled:
-        print(
+        say(
+            logging.WARNING,
             f"warning: serving {backend.where} on {args.host} without a token: anyone who can "
             "reach this port can write and retire captures",
-            file=sys.stderr,
         )
+    from token_finalizer._prometheus import MULTIPROC_DIR_ENV_VAR, prepare_multiprocess_directory
     from token_finalizer.web.protocol import event_loop_factory
 
+    operator_directory = os.environ.get(MULTIPROC_DIR_ENV_VAR)
+    if operator_directory:
+        try:
+            # Before any worker writes there: a new run starts counting from zero.
+            prepare_multiprocess_directory(operator_directory)
+        except OSError as exc:
+            say(logging.ERROR, f"error: {exc}")
+            return 2
+    if args.workers > 1:
+        try:
+            return _serve_workers(args, backend, tokens)
+        except KeyboardInterrupt:
+            return 0
     try:
         # On uvloop when installed, as `serve` is (web/protocol.py).
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:

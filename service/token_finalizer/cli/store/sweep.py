@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
+import logging
 
+from token_finalizer._logging import say
 from token_finalizer.cli.store.backend import (
     Backend,
     add_backend_arguments,
@@ -73,7 +74,7 @@ def print_sweep(report: SweepReport, rules: SweepRules, *, dry_run: bool) -> Non
         what = _LEFTOVER.get(leftover.reason, leftover.reason)
         print(f"{verb} {leftover.name} ({what}, {format_age(leftover.age_seconds)} old)")
     for skipped in report.skipped:
-        print(f"skipped {skipped.name!r}: {skipped.reason}", file=sys.stderr)
+        say(logging.WARNING, f"skipped {skipped.name!r}: {skipped.reason}")
     counts = {reason: sum(c.reason == reason for c in report.captures) for reason in _REASONS}
     summary = (
         f"{verb} {len(report.captures)} capture(s): {counts['retired']} retired, "
@@ -107,7 +108,7 @@ def store_sweep(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(_sweep(backend, rules, args.dry_run))
     except CaptureError as exc:
-        print(f"error: sweep of {backend.where}: {describe_exception(exc)}", file=sys.stderr)
+        say(logging.ERROR, f"error: sweep of {backend.where}: {describe_exception(exc)}")
         return 1
     print_sweep(report, rules, dry_run=args.dry_run)
     return 1 if report.skipped else 0

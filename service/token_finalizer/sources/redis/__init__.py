@@ -5,6 +5,8 @@ _clients    redis-py clients: one server, or a cluster from its seed nodes
 _retrying   the one retry layer: every call retried until its deadline, then our errors
 _scripting  EVALSHA, and EVALSHA + WAIT on the script's own connection
 _nodes      PING every primary, SCAN every primary
+_memory     Redis's memory: readings, the high-water mark, the eviction policy
+_shards     each primary's replicas: can it take writes with min_replicas_acked
 _client     the store's connection: key names, scripts, which scripts wait for replicas
 store       RedisTokenStore: writers, freeze, drop, lineage resolution
 admin       RedisStoreAdmin: status, inspect, delete, sweep, listing
@@ -21,6 +23,7 @@ from token_finalizer.sources.redis._client import ENTRY_KEY_PARTS, KEY_PARTS, ST
 from token_finalizer.sources.redis._nodes import check_cluster_mode, ping_every_primary
 from token_finalizer.sources.redis._retrying import RetryingRedis
 from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
+from token_finalizer.sources.redis._shards import ShardReading, unwritable_message
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
 from token_finalizer.sources.redis.store import RedisTokenStore
 
@@ -32,8 +35,10 @@ __all__ = [
     "RedisStoreAdmin",
     "RedisTokenStore",
     "RetryingRedis",
+    "ShardReading",
     "check_cluster_mode",
     "evalsha",
     "evalsha_then_wait",
     "ping_every_primary",
+    "unwritable_message",
 ]

@@ -62,6 +62,7 @@ from token_finalizer.sources.redis._nodes import (
 from token_finalizer.sources.redis._retrying import RetryingRedis
 from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
 from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
+from token_finalizer.sources.redis._shards import ShardReading, read_shards
 
 __all__ = [
     "CAPTURE_WRITES",
@@ -187,6 +188,8 @@ class RedisConnection:
         self.memory = MemoryWatch(
             self.redis, high_water=memory_high_water, allow_eviction=allow_eviction
         )
+        # What the last health check read of each primary (the store's metrics export it).
+        self.last_shards: tuple[ShardReading, ...] = ()
         self._closed = False
         self._scripts = {name: LuaScript(script_source(name)) for name in SCRIPT_NAMES}
 
@@ -272,6 +275,15 @@ class RedisConnection:
         """
         self._check_open("ping")
         await ping_every_primary(self.redis)
+
+    async def shards(self) -> tuple[ShardReading, ...]:
+        """Each primary's reach and replicas: a cluster's, or the one server's with
+        `min_replicas_acked`; () for a plain server without it (nothing to say)."""
+        self._check_open("shard check")
+        if not self.redis.cluster and not self.min_replicas_acked:
+            return ()
+        self.last_shards = await read_shards(self.redis, self.min_replicas_acked)
+        return self.last_shards
 
     async def check_cluster_mode(self) -> None:
         """ClusterModeRefused when a server given as one Redis is a cluster node (at start)."""

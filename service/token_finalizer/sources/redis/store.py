@@ -68,6 +68,7 @@ from token_finalizer.sources.base import FrozenLines, LineageQuery, MemoryHealth
 from token_finalizer.sources.redis._client import RedisConnection, text
 from token_finalizer.sources.redis._lineage import RedisLineage, index_arguments
 from token_finalizer.sources.redis._memory import MemoryReading
+from token_finalizer.sources.redis._shards import ShardReading
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
 from token_finalizer.sources.redis.staging import RedisStaging
 
@@ -465,6 +466,24 @@ class RedisTokenStore(StagingDelegate):
         reading = await watch.read()
         evicted = reading.evicted_keys - (watch.evicted_at_start or 0)
         return MemoryHealth(watch.verdict(reading), reading.to_dict(), max(0, evicted))
+
+    # -- shards (docs/store-protocol.md#health) ------------------------------------------------
+
+    async def shard_health(self) -> tuple[ShardReading, ...]:
+        """Every primary's reach and connected replicas, read now (a cluster; a plain server
+        with `min_replicas_acked`); a shard with fewer than `min_replicas_acked` replicas
+        cannot take writes."""
+        return await self._redis.shards()
+
+    @property
+    def min_replicas_acked(self) -> int:
+        """How many replicas must confirm each state change (0: none waited for)."""
+        return self._redis.min_replicas_acked
+
+    @property
+    def shard_readings(self) -> tuple[ShardReading, ...]:
+        """What the last `shard_health` read (what metrics export)."""
+        return self._redis.last_shards
 
     async def check_cluster_mode(self) -> None:
         """ClusterModeRefused when the server given as one Redis is a Redis Cluster node."""
