@@ -67,13 +67,16 @@ def _clipped(value: object) -> str:
 class ServerSpans:
     """Pure ASGI middleware: one SERVER span per HTTP request, current while it is served."""
 
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
+    def __init__(
+        self, app: ASGIApp, routes: Sequence[BaseRoute] = (), tracer_provider: Any = None
+    ) -> None:
+        """`routes` name the spans; `tracer_provider` is the global one unless given."""
         from opentelemetry import propagate, trace
 
         self.app = app
         self._routes = routes
         self._templates: dict[Any, str] | None = None
-        self._tracer = trace.get_tracer(TRACER_NAME)
+        self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
         self._extract = propagate.extract
         self._server_kind = trace.SpanKind.SERVER
 
