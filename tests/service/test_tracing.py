@@ -26,12 +26,14 @@ from token_finalizer.settings import settings_from_mapping
 from token_finalizer.store_server import create_store_app
 from token_finalizer.web.tracing import ServerSpans
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 root = tempfile.mkdtemp()
 store = create_store_app(FileTokenStore(root + "/store"))
-service = create_app(settings_from_mapping({{"sources": {{"l": {{"kind": "file", "dir": root}}}}}}, env={{}}))
+settings = settings_from_mapping({{"sources": {{"l": {{"kind": "file", "dir": root}}}}}}, env={{}})
+service = create_app(settings)
 for app in (store, service):
     with TestClient(app) as client:
-        client.get("/health", headers={{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
+        client.get("/health", headers={{"traceparent": TRACEPARENT}})
 print("PROBE", json.dumps({{
     "sdk": any(name.startswith("opentelemetry.sdk") and module is not None
                for name, module in sys.modules.items()),

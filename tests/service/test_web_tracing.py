@@ -24,6 +24,7 @@ from starlette.routing import Route
 from tests.support.servers import running_app
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
+from token_finalizer.api.routes import router
 from token_finalizer.settings import settings_from_mapping
 from token_finalizer.store_server import create_store_app
 from token_finalizer.web.tracing import ServerSpans
@@ -34,11 +35,12 @@ PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 
-def _routes(app: Any) -> list[tuple[str, str]]:
-    """(method, path template) of every route the app serves."""
+def _routes(*routers: Any) -> list[tuple[str, str]]:
+    """(method, path template) of every route the routers hold (an app's, one it includes)."""
     return sorted(
         (method, route.path)
-        for route in app.router.routes
+        for router in routers
+        for route in router.routes
         if isinstance(route, Route)
         for method in route.methods or ()
         if method != "HEAD"
@@ -50,11 +52,12 @@ def _concrete(template: str) -> str:
     return re.sub(r"\{[^}]+\}", "id-1", template)
 
 
-def _served(app: Any) -> Iterator[tuple[str, InMemorySpanExporter, list[Any]]]:
+def _served(
+    app: Any, routes: list[tuple[str, str]]
+) -> Iterator[tuple[str, InMemorySpanExporter, list[Any]]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    routes = _routes(app)
     traced = ServerSpans(app, routes=app.router.routes, tracer_provider=provider)
     with running_app(traced) as url:
         yield url, exporter, routes
@@ -71,12 +74,14 @@ def served(
     tmp = tmp_path_factory.mktemp(request.param)
     if request.param == "store":
         app = create_store_app(FileTokenStore(tmp / "store"), token=TOKEN)
+        yield from _served(app, _routes(app.router))
     else:
         settings = settings_from_mapping(
             {"sources": {"local": {"kind": "file", "dir": str(tmp)}}}, env={}
         )
         app = create_app(settings)
-    yield from _served(app)
+        # The finalizer's own routes are an included router (api/routes.py).
+        yield from _served(app, _routes(app.router, router))
 
 
 def _server_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
