@@ -46,6 +46,7 @@ class Traced:
     harness_span_id: str
     spans: list[ReceivedSpan]
     token_ids: frozenset[int]
+    exported_to: frozenset[str]  # every OTLP path the servers posted to
 
     def named(self, service: str, name: str) -> list[ReceivedSpan]:
         return [span for span in self.spans if (span.service, span.name) == (service, name)]
@@ -103,6 +104,11 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
             "OTEL_TRACES_EXPORTER": "otlp",
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
             "OTEL_BSP_SCHEDULE_DELAY": "50",
+            # Asks FastAPI (0.165 on) to export its own traces, metrics and logs too:
+            # our apps turn its telemetry off (web/tracing.py), so it must not.
+            "FASTAPI_OTEL_AUTO_CONFIGURE": "true",
+            "OTEL_METRIC_EXPORT_INTERVAL": "50",
+            "OTEL_BLRP_SCHEDULE_DELAY": "50",
         }
         store_port, finalizer_port = free_port(), free_port()
         backend = store_backend(stack, "redis", directory, "tracing")
@@ -135,7 +141,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
             for token in (*entry["prompt_token_ids"], *entry["generation_token_ids"])
         )
         in_trace = [span for span in spans if span.trace_id == trace_id]
-        yield Traced(trace_id, span_id, in_trace, token_ids)
+        yield Traced(trace_id, span_id, in_trace, token_ids, frozenset(receiver.paths))
 
 
 def test_every_store_write_is_a_server_span_under_the_harness_span(traced: Traced) -> None:
@@ -226,3 +232,11 @@ def test_no_attribute_holds_a_token_id(traced: Traced) -> None:
 def test_each_server_exports_under_its_default_service_name(traced: Traced) -> None:
     """Without OTEL_SERVICE_NAME the two servers are token-finalizer and token-finalizer-store."""
     assert {span.service for span in traced.spans} == {"token-finalizer", "token-finalizer-store"}
+
+
+def test_only_our_spans_are_exported_fastapi_telemetry_stays_off(traced: Traced) -> None:
+    """Every span is our tracer's, and nothing but traces is exported, FastAPI asked or not."""
+    assert ({span.scope for span in traced.spans}, traced.exported_to) == (
+        {"token_finalizer"},
+        {"/v1/traces"},
+    )

@@ -30,6 +30,7 @@ class ReceivedSpan:
     """One exported span: ids in hex, as W3C headers write them."""
 
     service: str
+    scope: str  # the instrumentation scope: the name of the tracer that made it
     name: str
     trace_id: str
     span_id: str
@@ -55,6 +56,7 @@ def _decoded(body: bytes) -> list[ReceivedSpan]:
                 spans.append(
                     ReceivedSpan(
                         service=str(resource.get("service.name")),
+                        scope=scope_spans.scope.name,
                         name=span.name,
                         trace_id=span.trace_id.hex(),
                         span_id=span.span_id.hex(),
@@ -72,6 +74,8 @@ class OtlpReceiver:
 
     endpoint: str
     _spans: list[ReceivedSpan] = field(default_factory=list)
+    # Every path an exporter posted to (metrics and logs too, which are not decoded).
+    paths: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, spans: list[ReceivedSpan]) -> None:
@@ -106,6 +110,7 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
             if self.headers.get("Content-Encoding") == "gzip":
                 body = gzip.decompress(body)
             ok = self.path == "/v1/traces"
+            received[0].paths.add(self.path)
             if ok:
                 received[0].add(_decoded(body))
             answer = ExportTraceServiceResponse().SerializeToString()

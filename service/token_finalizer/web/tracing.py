@@ -41,10 +41,19 @@ _CONTEXT_HEADERS: Final = frozenset({b"traceparent", b"tracestate", b"baggage"})
 _MAX_ATTRIBUTE_CHARS: Final = 256
 
 
-# FastAPI's own spans (its versions from 0.165 trace natively once a provider is set)
-# are turned off: ours name the same requests, with our attributes only, on every
-# route alike. Older versions keep the unknown argument in `app.extra`, unused.
-FASTAPI_TELEMETRY: Final[Any] = {"tracing": False, "operation_spans": False}
+# FastAPI's own telemetry (its versions from 0.165 trace, count and log natively once
+# a provider is set, and export by themselves with FASTAPI_OTEL_AUTO_CONFIGURE) is
+# turned off, every signal of it: our spans name the same requests with our attributes
+# only; its metrics would duplicate /metrics; its log records carry exception texts and
+# validation inputs, which may quote token ids. All off, its per-request check is three dict
+# lookups. Older versions keep the unknown argument in `app.extra`, unused.
+FASTAPI_TELEMETRY: Final[Any] = {
+    "tracing": False,
+    "operation_spans": False,
+    "metrics": False,
+    "logs": False,
+    "auto_configure": False,
+}
 
 
 def install_tracing(app: Any, service_name: str) -> None:
