@@ -144,18 +144,19 @@ class ServerSpans:
 
 
 def _describe(span: Any, scope: Scope, method: str, status: int, template: str | None) -> None:
-    """Name the span by its route and record what the request came to."""
+    """Name the span by its route and record what the request came to (one attribute update)."""
+    attributes: dict[str, str | int] = {"http.response.status_code": status}
     if template is not None:
         span.update_name(f"{method} {template}")
-        span.set_attribute("http.route", template)
-    span.set_attribute("http.response.status_code", status)
+        attributes["http.route"] = template
     fields = request_log_fields(scope)
     rollout_id = fields.get("rollout_id") or scope.get("path_params", {}).get("rollout_id")
     if rollout_id:
-        span.set_attribute(ROLLOUT_ID, _clipped(rollout_id))
+        attributes[ROLLOUT_ID] = _clipped(rollout_id)
     if fields.get("source"):
-        span.set_attribute(SOURCE, _clipped(fields["source"]))
-    span.set_attribute(OUTCOME, _clipped(fields.get("outcome") or _outcome(status)))
+        attributes[SOURCE] = _clipped(fields["source"])
+    attributes[OUTCOME] = _clipped(fields.get("outcome") or _outcome(status))
+    span.set_attributes(attributes)
     if status >= 500:
         from opentelemetry.trace import Status, StatusCode
 
