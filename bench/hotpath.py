@@ -59,6 +59,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import importlib.util
 import os
 import shlex
 import sys
@@ -118,6 +119,8 @@ def _arguments() -> argparse.Namespace:
     args.backends = _names(args.backends, BACKENDS, "--backends")
     args.layouts = _names(args.layouts, LAYOUTS, "--layouts") or list(LAYOUTS)
     args.tracing = _names(args.tracing, TRACING_MODES, "--tracing") or ["off"]
+    if "sdk" in args.tracing and importlib.util.find_spec("opentelemetry.sdk") is None:
+        parser.error("--tracing sdk needs the OpenTelemetry SDK: pip install -e '.[otel]'")
     args.growth_sizes = _sizes(args.growth_sizes)
     if args.quick:
         args.rollouts, args.calls, args.burst_rounds = 8, 10, 2
@@ -208,7 +211,8 @@ class Bench:
                 side = f"{TRACED_PREFIX}{backend}" if traced else f"ours {backend}"
                 profile = None
                 if profiled and args.profile is not None:
-                    profile = args.profile / f"store-{backend}-{mode}-{workload.layout}.txt"
+                    traced_part = "-sdk" if traced else ""
+                    profile = args.profile / f"store-{backend}{traced_part}-{workload.layout}.txt"
                     self.profiles.append(profile)
                 served = functools.partial(
                     self._served, backend, workload, burst_rounds, profile, traced
