@@ -14,12 +14,14 @@ from bench._hotpath_driver import SideSamples
 __all__ = [
     "GROWTH_COLUMNS",
     "MAIN_COLUMNS",
+    "TRACED_PREFIX",
     "Row",
     "goal_summary",
     "growth_table",
     "main_tables",
     "percentile",
     "profile_summary",
+    "tracing_table",
 ]
 
 Metric = Callable[[SideSamples, int], float]
@@ -74,8 +76,8 @@ class Row:
     baseline: bool = False
 
 
-def _ratio(value: float, base: float) -> str:
-    return f"{value / base:.1f}x" if base > 0 else "-"
+def _ratio(value: float, base: float, digits: int = 1) -> str:
+    return f"{value / base:.{digits}f}x" if base > 0 else "-"
 
 
 def main_tables(rows: Sequence[Row]) -> list[str]:
@@ -120,6 +122,54 @@ def growth_table(rows: Sequence[Row]) -> list[str]:
             )
             cells += f"{f'{value:.1f}{ratio}':>18}"
         lines.append(f"{row.calls:>5} {row.layout:<6} {row.side:<13}{cells}")
+    return lines
+
+
+# A served side run with tracing on (`--tracing sdk`) is named `traced BACKEND`, its
+# plain twin `ours BACKEND` (bench/hotpath.py).
+TRACED_PREFIX = "traced "
+_PLAIN_PREFIX = "ours "
+
+
+def _cpu_ms_per_call(cpu_s: float, samples: SideSamples) -> float:
+    return 1000.0 * cpu_s / len(samples.capture) if samples.capture else float("nan")
+
+
+# Per traced side: the capture p50 off and on, what a call added, CPU per call of the
+# store server and of the client process, then capture's ratios (on / off).
+TRACING_HEAD = (
+    f"{'layout':<6} {'backend':<8}{'off p50':>9}{'sdk p50':>9}{'+ms/call':>10}"
+    f"{'server CPU ms/call':>20}{'client CPU ms/call':>20}{'p50 ratio':>11}{'p99 ratio':>11}"
+)
+
+
+def _twin(rows: Sequence[Row], row: Row) -> Row | None:
+    """The plain run of a traced row: same layout, backend and length."""
+    plain = _PLAIN_PREFIX + row.side.removeprefix(TRACED_PREFIX)
+    return next(
+        (o for o in rows if (o.layout, o.side, o.calls) == (row.layout, plain, row.calls)), None
+    )
+
+
+def tracing_table(rows: Sequence[Row]) -> list[str]:
+    """Each traced side against its plain twin: latency and CPU per call, off and on."""
+    lines = [TRACING_HEAD]
+    for row in rows:
+        plain = _twin(rows, row) if row.side.startswith(TRACED_PREFIX) else None
+        if plain is None:
+            continue
+        off, on = plain.samples, row.samples
+        p50_off, p50_on = _median(off.capture), _median(on.capture)
+        server = (_cpu_ms_per_call(s.server_cpu_s, s) for s in (off, on))
+        client = (_cpu_ms_per_call(s.client_cpu_s, s) for s in (off, on))
+        p99 = _ratio(percentile(on.capture, 0.99), percentile(off.capture, 0.99), 2)
+        lines.append(
+            f"{row.layout:<6} {row.side.removeprefix(TRACED_PREFIX):<8}"
+            f"{p50_off:>9.2f}{p50_on:>9.2f}{p50_on - p50_off:>+10.2f}"
+            f"{' -> '.join(f'{ms:.3f}' for ms in server):>20}"
+            f"{' -> '.join(f'{ms:.3f}' for ms in client):>20}"
+            f"{_ratio(p50_on, p50_off, 2):>11}{p99:>11}"
+        )
     return lines
 
 

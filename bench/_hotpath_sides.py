@@ -6,7 +6,9 @@
   a Redis key prefix, a real process on a free loopback port, driven through
   the client's `HttpTokenSink` and `HttpLineageResolver` (one of each, shared
   by every rollout, as one model-server worker builds them from its config).
-  With a profile path, py-spy samples the store server for the whole run.
+  With a profile path, py-spy samples the store server for the whole run;
+  with `env`, the server runs with those variables too (the `OTEL_*` of
+  `--tracing sdk`, bench/_hotpath_tracing.py).
 
 Both stamp entries with the same writer code (`stamp_entry`): only the store
 operations differ.
@@ -15,6 +17,7 @@ operations differ.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -60,11 +63,21 @@ class StandInSide:
 
 
 class HttpSide:
-    """Our store server through the client, as a 0.7 model server configured with our sink."""
+    """Our store server through the client, as a 0.7 model server configured with our sink.
 
-    def __init__(self, url: str) -> None:
+    With the server's process id, `server_cpu_s` reads the CPU time it has used.
+    """
+
+    def __init__(self, url: str, server_pid: int | None = None) -> None:
         self._sink = HttpTokenSink(url=url, timeout=_CLIENT_TIMEOUT_S)
         self._resolver = HttpLineageResolver(url=url, timeout=_CLIENT_TIMEOUT_S)
+        self._server_pid = server_pid
+
+    def server_cpu_s(self) -> float | None:
+        """User + system CPU seconds of the store server process so far (None: unknown)."""
+        if self._server_pid is None:
+            return None
+        return _cpu_seconds(self._server_pid)
 
     async def resolve(self, rollout_id: str, request_items: list[dict[str, Any]]) -> Any:
         return await self._resolver.resolve(rollout_id, request_items)
@@ -81,6 +94,17 @@ class HttpSide:
     async def close(self) -> None:
         await self._sink.close()
         await self._resolver.close()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """utime + stime of process `pid` from /proc (Linux), None where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
@@ -117,8 +141,10 @@ def _profiled(pid: int, output: Path | None) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _store_server(backend: str, redis_url: str, profile: Path | None) -> Iterator[str]:
-    """`token-finalizer store serve` over a fresh directory or key prefix; yields its URL."""
+def _store_server(
+    backend: str, redis_url: str, profile: Path | None, env: dict[str, str] | None
+) -> Iterator[tuple[str, int]]:
+    """`token-finalizer store serve` over a fresh directory or key prefix; its URL and pid."""
     port = free_port()
     serve = ["store", "serve", "--port", str(port)]
     with contextlib.ExitStack() as stack:
@@ -130,18 +156,21 @@ def _store_server(backend: str, redis_url: str, profile: Path | None) -> Iterato
             serve += ["--redis", redis_url, "--key-prefix", prefix]
         else:
             raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
-        process = stack.enter_context(running_process(serve, port=port))
+        process = stack.enter_context(running_process(serve, port=port, env=env))
         stack.enter_context(_profiled(process.pid, profile))
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process.pid
 
 
 @contextlib.asynccontextmanager
 async def served_side(
-    backend: str, redis_url: str, profile: Path | None = None
+    backend: str,
+    redis_url: str,
+    profile: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[HttpSide]:
     """A fresh store server for `backend` and the client side that writes through it."""
-    with _store_server(backend, redis_url, profile) as url:
-        side = HttpSide(url)
+    with _store_server(backend, redis_url, profile, env) as (url, pid):
+        side = HttpSide(url, pid)
         try:
             yield side
         finally:

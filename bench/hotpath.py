@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.hotpath [--backends dir,redis] [--layouts delta,full]
         [--rollouts 64] [--calls 50] [--burst-rounds 5]
-        [--growth-sizes 10,50,200] [--growth-rollouts 8] [--quick]
+        [--growth-sizes 10,50,200] [--growth-rollouts 8] [--tracing off,sdk] [--quick]
         [--gym-python PY --gym-wheel DIR] [--profile DIR]
 
 A NeMo Gym 0.7 model server that writes through our store (`HttpTokenSink` +
@@ -24,6 +24,12 @@ Sides, each in a fresh store:
 - `ours dir`, `ours redis`: `store serve --dir` / `--redis --key-prefix`, a
   real process on loopback (the Redis of the tests, `$TOKEN_FINALIZER_TEST_REDIS_URL`
   or 127.0.0.1:6379).
+- `traced dir`, `traced redis` (with `--tracing` naming `sdk`): the same with
+  OpenTelemetry on, each call within the caller's span and the store server
+  exporting its spans over OTLP/HTTP to a receiver on loopback
+  (bench/_hotpath_tracing.py; needs the `otel` extra). `--tracing off,sdk`
+  runs both, one after the other per backend, and prints the overhead table:
+  each figure traced / plain (docs/tracing.md#cost).
 
 Figures (milliseconds; ratios = side / baseline of the same layout):
 - capture p50/p99: resolve + begin_call + put of one call, over every call of
@@ -51,7 +57,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
+import importlib.util
 import os
 import shlex
 import sys
@@ -60,8 +68,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench._hotpath_driver import SideSamples, run_side
-from bench._hotpath_report import Row, goal_summary, growth_table, main_tables, profile_summary
+from bench._hotpath_report import (
+    TRACED_PREFIX,
+    Row,
+    goal_summary,
+    growth_table,
+    main_tables,
+    profile_summary,
+    tracing_table,
+)
 from bench._hotpath_sides import BACKENDS, served_side, standin_side
+from bench._hotpath_tracing import TRACING_MODES, caller_scope, otlp_receiver_process, tracing_env
 from bench._hotpath_wheel import run_wheel
 from bench._hotpath_workload import Workload
 from tests.support.redis import redis_url as find_redis_url
@@ -97,9 +114,13 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--gym-python", help="a Python >= 3.13 to run the real 0.7.0 wheel")
     parser.add_argument("--gym-wheel", type=Path, help="the unpacked wheel's nemo_gym directory")
     parser.add_argument("--profile", type=Path, help="py-spy the store servers into this dir")
+    parser.add_argument("--tracing", default="off", help="off, sdk: each served side per mode")
     args = parser.parse_args()
     args.backends = _names(args.backends, BACKENDS, "--backends")
     args.layouts = _names(args.layouts, LAYOUTS, "--layouts") or list(LAYOUTS)
+    args.tracing = _names(args.tracing, TRACING_MODES, "--tracing") or ["off"]
+    if "sdk" in args.tracing and importlib.util.find_spec("opentelemetry.sdk") is None:
+        parser.error("--tracing sdk needs the OpenTelemetry SDK: pip install -e '.[otel]'")
     args.growth_sizes = _sizes(args.growth_sizes)
     if args.quick:
         args.rollouts, args.calls, args.burst_rounds = 8, 10, 2
@@ -122,9 +143,10 @@ def _progress(text: str) -> None:
 class Bench:
     """Runs every side over one workload and keeps the rows for the tables."""
 
-    def __init__(self, args: argparse.Namespace, redis_url: str) -> None:
+    def __init__(self, args: argparse.Namespace, redis_url: str, otlp: str | None) -> None:
         self.args = args
         self.redis_url = redis_url
+        self.otlp = otlp  # the OTLP receiver's endpoint when a mode traces
         self.profiles: list[Path] = []
 
     def workload(self, rollouts: int, calls: int, layout: str) -> Workload:
@@ -150,11 +172,21 @@ class Bench:
             return asyncio.run(run_side(side, workload, burst_rounds=burst_rounds))
 
     def _served(
-        self, backend: str, workload: Workload, burst_rounds: int, profile: Path | None
+        self,
+        backend: str,
+        workload: Workload,
+        burst_rounds: int,
+        profile: Path | None,
+        traced: bool,
     ) -> SideSamples:
+        env = tracing_env(self.otlp) if traced and self.otlp else None
+        scope = caller_scope() if traced else None
+
         async def run() -> SideSamples:
-            async with served_side(backend, self.redis_url, profile) as side:
-                return await run_side(side, workload, burst_rounds=burst_rounds)
+            async with served_side(backend, self.redis_url, profile, env) as side:
+                if scope is None:
+                    return await run_side(side, workload, burst_rounds=burst_rounds)
+                return await run_side(side, workload, burst_rounds=burst_rounds, scope=scope)
 
         return asyncio.run(run())
 
@@ -174,31 +206,41 @@ class Bench:
         samples = self._timed(STANDIN, workload, lambda: self._standin(workload, burst_rounds))
         rows.append(Row(workload.layout, STANDIN, workload.calls, samples, not has_wheel))
         for backend in args.backends:
-            profile = None
-            if profiled and args.profile is not None:
-                profile = args.profile / f"store-{backend}-{workload.layout}.txt"
-                self.profiles.append(profile)
-            served = functools.partial(self._served, backend, workload, burst_rounds, profile)
-            samples = self._timed(f"ours {backend}", workload, served)
-            rows.append(Row(workload.layout, f"ours {backend}", workload.calls, samples))
+            for mode in args.tracing:
+                traced = mode == "sdk"
+                side = f"{TRACED_PREFIX}{backend}" if traced else f"ours {backend}"
+                profile = None
+                if profiled and args.profile is not None:
+                    traced_part = "-sdk" if traced else ""
+                    profile = args.profile / f"store-{backend}{traced_part}-{workload.layout}.txt"
+                    self.profiles.append(profile)
+                served = functools.partial(
+                    self._served, backend, workload, burst_rounds, profile, traced
+                )
+                samples = self._timed(side, workload, served)
+                rows.append(Row(workload.layout, side, workload.calls, samples))
         return rows
 
 
 def main() -> None:
     args = _arguments()
-    bench = Bench(args, find_redis_url())
-    command = shlex.join([Path(sys.executable).name, "-m", "bench.hotpath", *sys.argv[1:]])
-    load_before = _load()
-    _progress(f"{command}  (load {load_before})")
-    main_rows: list[Row] = []
-    for layout in args.layouts:
-        workload = bench.workload(args.rollouts, args.calls, layout)
-        main_rows += bench.rows(workload, args.burst_rounds, profiled=True)
-    growth_rows: list[Row] = []
-    for calls in args.growth_sizes:
+    with contextlib.ExitStack() as stack:
+        receiver = None
+        if "sdk" in args.tracing and args.backends:
+            receiver = stack.enter_context(otlp_receiver_process())
+        bench = Bench(args, find_redis_url(), None if receiver is None else receiver.endpoint)
+        command = shlex.join([Path(sys.executable).name, "-m", "bench.hotpath", *sys.argv[1:]])
+        load_before = _load()
+        _progress(f"{command}  (load {load_before})")
+        main_rows: list[Row] = []
         for layout in args.layouts:
-            workload = bench.workload(args.growth_rollouts, calls, layout)
-            growth_rows += bench.rows(workload, 0, profiled=False)
+            workload = bench.workload(args.rollouts, args.calls, layout)
+            main_rows += bench.rows(workload, args.burst_rounds, profiled=True)
+        growth_rows: list[Row] = []
+        for calls in args.growth_sizes:
+            for layout in args.layouts:
+                workload = bench.workload(args.growth_rollouts, calls, layout)
+                growth_rows += bench.rows(workload, 0, profiled=False)
     print(f"command: {command}")
     print(
         f"load average (1/5/15 min): {load_before} before, {_load()} after; {os.cpu_count()} cores"
@@ -214,6 +256,14 @@ def main() -> None:
         print()
         print(f"growth: {args.growth_rollouts} rollouts at once; (ratio to the baseline)")
         print("\n".join(growth_table(growth_rows)))
+    if receiver is not None:
+        print()
+        print(
+            "tracing overhead: traced / plain, same layout and backend "
+            f"(p50 in ms; the store servers exported {receiver.spans} spans over OTLP/HTTP "
+            "to a receiver process on loopback; the caller's spans are exported nowhere)"
+        )
+        print("\n".join(tracing_table(main_rows)))
     print()
     print("\n".join(goal_summary(main_rows, growth_rows)))
     for profile in bench.profiles:

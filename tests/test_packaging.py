@@ -66,10 +66,24 @@ def test_client_installs_alone_without_server_code_and_typed(tmp_path: Path) -> 
     requires = sorted(requirement.split(">")[0].split(";")[0] for requirement in probe["requires"])
     assert Path(probe["location"]).is_relative_to(venv)
     assert (probe["importable"], probe["loaded"], typed) == ([], [], "True")
-    assert requires == ["aiohttp", "httpx", "numpy", "orjson", "sniffio", "stamina", "zstandard"]
+    assert requires == [
+        "aiohttp",
+        "httpx",
+        "numpy",
+        "opentelemetry-api",
+        "opentelemetry-exporter-otlp-proto-http",
+        "opentelemetry-sdk",
+        "orjson",
+        "sniffio",
+        "stamina",
+        "zstandard",
+    ]
+    # Only the trace API is a dependency: the SDK and its exporter are the `otel` extra.
     assert [r for r in probe["requires"] if "extra" in r] == [
         'orjson>=3.9; extra == "fast"',
         'numpy>=1.26; extra == "fast"',
+        'opentelemetry-sdk>=1.45; extra == "otel"',
+        'opentelemetry-exporter-otlp-proto-http>=1.45; extra == "otel"',
     ]
 
 

@@ -22,6 +22,7 @@ from token_finalizer_client._constants import (
 from token_finalizer_client._exceptions import InvalidAnswerError, error_for_status
 from token_finalizer_client._json import dumps, loads
 from token_finalizer_client._reply import Reply
+from token_finalizer_client._tracing import trace_headers
 from token_finalizer_client._types import Finalized, Readiness
 from token_finalizer_client._url_credentials import masked
 
@@ -112,10 +113,19 @@ class WireRequest:
         }
 
     def own_headers(self) -> dict[str, str] | None:
-        """This call's headers over the pool's: its content type and its own, if any."""
-        if self.headers is None:
+        """This call's headers over the pool's: content type, its own, the trace context.
+
+        Every pool sends what this returns, on every try: it is the one place
+        where a request gets the caller's trace context (`_tracing`).
+        """
+        traced = trace_headers()
+        if self.headers is None and traced is None:
             return None if self.content is None else _JSON_CONTENT
-        return {**self.headers, **(_JSON_CONTENT if self.content is not None else {})}
+        return {
+            **(self.headers or {}),
+            **(_JSON_CONTENT if self.content is not None else {}),
+            **(traced or {}),
+        }
 
 
 HEALTH_REQUEST = WireRequest("GET", "/health")

@@ -14,7 +14,9 @@ as the client's own classes do, so each rule is written once
   `GET /capabilities`, asked once and kept, forgotten after a refusal), the
   feature names and `REFUSED_EXTENSION_STATUSES`
   (docs/store-protocol.md#extensions-and-capabilities);
-- `ordered_map`: bounded concurrency with results in input order.
+- `ordered_map`: bounded concurrency with results in input order;
+- `trace_headers`: the current trace context as W3C headers, which every
+  request of the client carries (docs/tracing.md).
 
 It needs httpx and stamina; the pure wire contract is `token_finalizer_client.protocol`.
 """
@@ -35,6 +37,7 @@ from token_finalizer_client._constants import RETRY_STATUSES
 from token_finalizer_client._ordered import ordered_map
 from token_finalizer_client._retry import TRANSIENT_ERRORS, RetryPolicy, is_retryable_error
 from token_finalizer_client._store_connection import StoreConnection, StoreEndpoint
+from token_finalizer_client._tracing import TRACE_API_MODULE, trace_headers
 
 __all__ = [
     "CAPABILITIES_PATH",
@@ -45,6 +48,7 @@ __all__ = [
     "PACKED_STAGE",
     "REFUSED_EXTENSION_STATUSES",
     "RETRY_STATUSES",
+    "TRACE_API_MODULE",
     "TRANSIENT_ERRORS",
     "RetryPolicy",
     "StoreCapabilities",
@@ -52,4 +56,5 @@ __all__ = [
     "StoreEndpoint",
     "is_retryable_error",
     "ordered_map",
+    "trace_headers",
 ]

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench._hotpath_driver import SideSamples
-from bench._hotpath_report import Row, goal_summary, growth_table, main_tables, profile_summary
+from bench._hotpath_report import (
+    Row,
+    goal_summary,
+    growth_table,
+    main_tables,
+    profile_summary,
+    tracing_table,
+)
 
 
 def _row(side: str, baseline: bool, scale: float) -> Row:
@@ -32,6 +39,20 @@ def test_growth_table_brackets_the_ratio() -> None:
     """Growth rows carry each figure with its ratio to the baseline of the same length."""
     lines = growth_table([_row("gym stand-in", True, 2.0), _row("ours dir", False, 6.0)])
     assert lines[-1].split()[4:] == ["6.0", "(3.0x)"] * 4
+
+
+def test_tracing_table_divides_each_traced_side_by_its_plain_twin() -> None:
+    """Traced 1.25x its twin: both p50s, the added ms, CPU per call off -> on, 1.25x ratios."""
+    plain, traced = _row("ours dir", False, 4.0), _row("traced dir", False, 5.0)
+    plain.samples.server_cpu_s, traced.samples.server_cpu_s = 0.003, 0.006
+    plain.samples.client_cpu_s, traced.samples.client_cpu_s = 0.0015, 0.00225
+    rows = [_row("gym stand-in", True, 1.0), plain, traced, _row("ours redis", False, 8.0)]
+    (_, line) = tracing_table(rows)
+    assert line.split() == [
+        *["delta", "dir", "4.00", "5.00", "+1.00"],
+        *["1.000", "->", "2.000", "0.500", "->", "0.750"],
+        *["1.25x", "1.25x"],
+    ]
 
 
 def test_goal_summary_says_which_goal_is_met() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from bench._hotpath_driver import SideSamples, run_side
 from bench._hotpath_sides import StandInSide, served_side
+from bench._hotpath_tracing import caller_scope, otlp_receiver_process, tracing_env
 from bench._hotpath_workload import Workload
 from tests.support.redis import redis_url
 
@@ -58,3 +59,17 @@ async def test_store_serve_side_completes_every_phase() -> None:
     async with served_side("dir", redis_url()) as side:
         samples = await run_side(side, workload, burst_rounds=BURSTS)
     assert _complete(samples)
+
+
+@pytest.mark.anyio
+async def test_traced_store_serve_side_completes_and_exports_its_spans() -> None:
+    """Traced (`--tracing sdk`): every phase completes and the store's spans reach the receiver."""
+    workload = Workload(rollouts=ROLLOUTS, calls=CALLS, delta=True)
+    with otlp_receiver_process() as receiver:
+        env = tracing_env(receiver.endpoint)
+        async with served_side("dir", redis_url(), env=env) as side:
+            samples = await run_side(side, workload, burst_rounds=BURSTS, scope=caller_scope())
+    # A server span per request at least: resolve, begin_call and put per call, the resolves after.
+    requests = 3 * ROLLOUTS * CALLS + ROLLOUTS * (1 + BURSTS)
+    assert _complete(samples)
+    assert (receiver.spans or 0) >= requests

@@ -31,6 +31,7 @@ from token_finalizer.service.state import ServiceState
 from token_finalizer.settings import Settings, load_settings
 from token_finalizer.web.access_log import AccessLogMiddleware
 from token_finalizer.web.paths import ControlCharacterRefusal
+from token_finalizer.web.tracing import FASTAPI_TELEMETRY, install_tracing
 
 __all__ = ["DRAIN_ENV_VAR", "app_from_environment", "create_app"]
 
@@ -126,6 +127,7 @@ def create_app(
         # with the app's own assets instead (api/docs.py), so /docs works offline.
         docs_url=None,
         redoc_url=None,
+        telemetry=FASTAPI_TELEMETRY,
     )
     install_api_error_handlers(app)
     # Before routing: no path decoded with a control character is matched (web/paths.py).
@@ -135,6 +137,8 @@ def create_app(
     install_offline_docs(app)
     if settings.auth.bearer_tokens:
         declare_bearer_auth(app, router.routes)
+    # Last, so the server span covers every middleware (docs/tracing.md).
+    install_tracing(app, "token-finalizer")
     return app
 
 

@@ -23,6 +23,7 @@ from token_finalizer.service.metrics import CONTENT_TYPE_LATEST
 from token_finalizer.service.readiness import readiness
 from token_finalizer.service.retiring import retire_one
 from token_finalizer.service.state import ServiceState
+from token_finalizer.tracing import child_span
 from token_finalizer.web.access_log import log_fields
 from token_finalizer.web.answers import json_response
 from token_finalizer.web.body import JsonBody, read_json_object
@@ -82,7 +83,8 @@ async def finalize_endpoint(
         log.update(_known(source=refusal.source, outcome=refusal.outcome))
         raise
     log.update(rollout_id=result.rollout_id, source=result.source, outcome=result.outcome)
-    return await answer(request, result.answer, large=result.large or body.large)
+    with child_span("encode"):  # the answer's JSON (and zstd) is a finalize's third step
+        return await answer(request, result.answer, large=result.large or body.large)
 
 
 @router.post(

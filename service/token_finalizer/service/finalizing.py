@@ -26,6 +26,7 @@ from token_finalizer.service.errors import (
 )
 from token_finalizer.service.registry import InstrumentedSource
 from token_finalizer.service.state import ServiceState
+from token_finalizer.tracing import OUTCOME, ROLLOUT_ID, SOURCE, child_span
 
 __all__ = ["FinalizeResult", "finalize_one"]
 
@@ -120,14 +121,19 @@ async def _build(
     policy = ReceiptPolicy(state.settings.sources_receipt_policy(source.name))
     async with state.finalize_slots(source.name):
         try:
-            return await finalize_record(
-                record,
-                source,
-                terminal_attribution=capture.terminal_attribution,
-                raise_unreachable=retry,
-                key=key,
-                receipt_policy=policy,
-            )
+            # The freeze's span is its child: the build freezes first (docs/tracing.md).
+            with child_span("build", _span_attributes(key.rollout_id, source.name)) as span:
+                build = await finalize_record(
+                    record,
+                    source,
+                    terminal_attribution=capture.terminal_attribution,
+                    raise_unreachable=retry,
+                    key=key,
+                    receipt_policy=policy,
+                )
+                if span is not None:
+                    span.set_attribute(OUTCOME, _outcome(build))
+                return build
         except StoreUnreachable as exc:
             state.metrics.finalize.labels(source.name, "unreachable").inc()
             raise SourceUnreachable(
@@ -135,6 +141,13 @@ async def _build(
                 f"retrying is safe (a second freeze gives the same snapshot): {exc}",
                 source=source.name,
             ).concerning(outcome="unreachable") from None
+
+
+def _span_attributes(rollout_id: str | None, source: str) -> dict[str, str]:
+    """A finalize's child-span attributes: its rollout id (when it has one) and source."""
+    if rollout_id is None:
+        return {SOURCE: source}
+    return {ROLLOUT_ID: rollout_id, SOURCE: source}
 
 
 def _answer(

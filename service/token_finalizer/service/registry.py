@@ -23,6 +23,7 @@ from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import Settings
 from token_finalizer.sources import open_source
 from token_finalizer.sources.base import CaptureSource, MemoryHealth, StagedExtras
+from token_finalizer.tracing import ROLLOUT_ID, SOURCE, child_span
 
 # A source's status while one of its shards cannot take writes
 # (docs/finalizer-api.md#health-readiness-metrics).
@@ -41,6 +42,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+
+def _span_attributes(source: str, rollout_id: str | None) -> dict[str, str]:
+    if rollout_id is None:
+        return {SOURCE: source}
+    return {SOURCE: source, ROLLOUT_ID: rollout_id}
 
 
 class _Unprobed:
@@ -87,10 +94,14 @@ class InstrumentedSource:
         self.inner = inner
         self._metrics = metrics
 
-    async def _timed(self, operation: str, call: Awaitable[_T]) -> _T:
+    async def _timed(
+        self, operation: str, call: Awaitable[_T], rollout_id: str | None = None
+    ) -> _T:
         started = time.perf_counter()
         try:
-            return await call
+            # A request's trace shows each call to its source (docs/tracing.md).
+            with child_span(operation, _span_attributes(self.name, rollout_id)):
+                return await call
         except Exception:
             self._metrics.source_errors.labels(self.name, operation).inc()
             raise
@@ -101,13 +112,12 @@ class InstrumentedSource:
 
     async def freeze(self, rollout_id: str) -> Snapshot:
         """Freeze through the wrapped source."""
-        return await self._timed("freeze", self.inner.freeze(rollout_id))
+        return await self._timed("freeze", self.inner.freeze(rollout_id), rollout_id)
 
     async def drop(self, rollout_id: str, *, snapshot_id: str, version: int) -> bool:
         """Drop through the wrapped source."""
-        return await self._timed(
-            "drop", self.inner.drop(rollout_id, snapshot_id=snapshot_id, version=version)
-        )
+        dropping = self.inner.drop(rollout_id, snapshot_id=snapshot_id, version=version)
+        return await self._timed("drop", dropping, rollout_id)
 
     async def ping(self) -> None:
         """Reachability of the wrapped source."""
@@ -143,7 +153,9 @@ class InstrumentedSource:
 
     async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
         """The extras of staged calls, through the wrapped source."""
-        return await self._timed("fetch_extras", self.inner.fetch_extras(rollout_id, call_ids))
+        return await self._timed(
+            "fetch_extras", self.inner.fetch_extras(rollout_id, call_ids), rollout_id
+        )
 
     async def close(self) -> None:
         """Close the wrapped source."""

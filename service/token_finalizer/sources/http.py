@@ -79,6 +79,7 @@ from token_finalizer_client.transport import (
     StoreCapabilities,
     StoreEndpoint,
     is_retryable_error,
+    trace_headers,
 )
 
 __all__ = ["HttpTokenSource"]
@@ -245,9 +246,9 @@ class HttpTokenSource:
     # -- transport -----------------------------------------------------------
 
     async def _exchange(self, method: str, path: str, **kwargs: Any) -> _Answer:
-        response = await self._client.send(
-            self._client.build_request(method, path, **kwargs), stream=True
-        )
+        # The finalize's trace goes on into the store (docs/tracing.md).
+        request = self._client.build_request(method, path, headers=trace_headers(), **kwargs)
+        response = await self._client.send(request, stream=True)
         try:
             # Every body is read as sent: a compressed one is decoded later in one
             # pass under the size limit, off the event loop (`_encoded_body`), so a

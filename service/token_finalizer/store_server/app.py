@@ -63,6 +63,7 @@ from token_finalizer.web.auth import BearerTokenGuard, Receive, Scope, Send
 from token_finalizer.web.body import JsonBody, read_json_object
 from token_finalizer.web.errors import HttpError, StatusTable, install_error_handlers
 from token_finalizer.web.paths import ControlCharacterRefusal
+from token_finalizer.web.tracing import FASTAPI_TELEMETRY, install_tracing
 from token_finalizer_client.protocol import ROLLOUT_ROUTE, ROLLOUT_SEGMENT
 
 __all__ = ["PROTOCOL_PREFIX", "create_store_app"]
@@ -174,6 +175,7 @@ def _app_with_guards(access: StoreTokens, metrics: StoreMetrics) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        telemetry=FASTAPI_TELEMETRY,
     )
     # A store out of reach is retried within its deadline first (a Redis failover,
     # a slot move); what still fails is worth another try soon.
@@ -331,4 +333,6 @@ def create_store_app(
         # Gym's control route requires a token; a finalizer may read manifests too.
         install_control_route(app, store, (*access.control, *access.finalizer, *access.shared))
     _check_roles(app)
+    # Last, so the server span covers the bearer check too (docs/tracing.md).
+    install_tracing(app, "token-finalizer-store")
     return app

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from token_finalizer._logging import FIELDS_ATTRIBUTE
 
-__all__ = ["ACCESS_LOGGER", "AccessLogMiddleware", "log_fields"]
+__all__ = ["ACCESS_LOGGER", "AccessLogMiddleware", "log_fields", "request_log_fields"]
 
 ACCESS_LOGGER = "token_finalizer.access"
 _FIELDS_KEY = "token_finalizer_log"
@@ -34,6 +34,12 @@ def log_fields(request: Request) -> dict[str, Any]:
     state = request.scope.setdefault("state", {})
     fields: dict[str, Any] = state.setdefault(_FIELDS_KEY, {})  # only ever set here
     return fields
+
+
+def request_log_fields(scope: Scope) -> dict[str, Any]:
+    """The fields a served request's log line got (empty before or without this middleware)."""
+    fields = scope.get("state", {}).get(_FIELDS_KEY)
+    return fields if isinstance(fields, dict) else {}
 
 
 class AccessLogMiddleware:

@@ -63,6 +63,7 @@ from token_finalizer.sources.redis._retrying import RetryingRedis
 from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
 from token_finalizer.sources.redis._scripts import SCRIPT_NAMES, script_source
 from token_finalizer.sources.redis._shards import ShardReading, read_shards
+from token_finalizer.tracing import ROLLOUT_ID, SCRIPT, child_span
 
 __all__ = [
     "CAPTURE_WRITES",
@@ -225,7 +226,9 @@ class RedisConnection:
         if script in CAPTURE_WRITES:
             await self.memory.check_room(f"{what} of rollout {rollout_id}")
         try:
-            return await self._run(script, keys, rollout_id, args, what)
+            # Under the store route's server span, one span per script call (docs/tracing.md).
+            with child_span(f"redis {script}", {SCRIPT: script, ROLLOUT_ID: rollout_id}):
+                return await self._run(script, keys, rollout_id, args, what)
         except StoreMemoryFull as exc:
             if exc.memory:
                 raise
