@@ -167,7 +167,9 @@ def _raw_call(store: Any, rollout_id: str, call: RawCall) -> None:
     base = orjson.dumps(call.snapshot)
     rest = orjson.dumps({"attachments": None, "extras": call.extras}, option=orjson.OPT_SORT_KEYS)
     if store.kind == "memory":
-        staged = StagedCall(stored_snapshot(call.snapshot), base, rest, call.extras, None)
+        # Kept as its JSON, the form a memory store reads as is (docs/staging.md#packed-at-rest).
+        digest = stored_snapshot(call.snapshot).digest
+        staged = StagedCall(base, digest, rest, call.extras, None)
         with store._lock:
             rollout = store._rollout(rollout_id)
             rollout.staging.calls[call.call_id] = staged

@@ -28,7 +28,6 @@ from token_finalizer.core.codec import loads_json
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt, CaptureFrozen
 from token_finalizer.core.identity import check_model_call_id
 from token_finalizer.core.staging import (
-    PACK_ERRORS,
     CallRecord,
     RolloutManifest,
     StagedCallBaseSnapshot,
@@ -37,9 +36,14 @@ from token_finalizer.core.staging import (
     StagingRecordError,
     commit_row,
     failure_row,
-    pack_columns,
     stored_snapshot,
     unpack_columns,
+)
+from token_finalizer.sources._staged_packed import (
+    COLUMN_NAMES,
+    columns_of,
+    pack_columns_blob,
+    unpack_columns_blob,
 )
 from token_finalizer.sources.base import (
     Attachment,
@@ -310,42 +314,74 @@ def extras_json(record: StagedCallRecord, attachments: Mapping[str, Attachment] 
 
 
 def file_line(record: StagedCallRecord, attachments: Mapping[str, Attachment] | None) -> bytes:
-    """The file store's line, sorted keys: `{"attachments", "columns", "record"}`.
+    """The file store's line, sorted keys: `{"attachments", "packed_columns", "record"}`.
 
-    The token columns are stored packed (docs/staging.md#storage), as a stage
-    request sends them; a record whose columns would not pack exactly is
-    stored whole, `{"attachments", "record"}`, as lines of 0.3.0 are.
+    The token columns are kept packed at rest (docs/staging.md#storage):
+    `packed_columns` is the standard base64 of their narrowest exact form,
+    compressed (`_staged_packed`), and `record` is the call without them.
+    Lines of 0.3.0 (`{"attachments", "record"}`, the columns as lists) and of
+    0.4.0 (`"columns"`: the stage request's base64 `>u8`/`>f8` images) are
+    read too.
     """
     data = record.to_json(native_columns=True)
-    try:
-        packed = pack_columns(data)
-    except PACK_ERRORS:
-        return _dumps_sorted({"attachments": attachments, "record": data})
-    return _dumps_sorted(
-        {"attachments": attachments, "columns": packed["columns"], "record": packed["record"]}
-    )
+    blob = pack_columns_blob(columns_of(data))
+    rest = {name: value for name, value in data.items() if name not in COLUMN_NAMES}
+    encoded = binascii.b2a_base64(blob, newline=False).decode("ascii")
+    return _dumps_sorted({"attachments": attachments, PACKED_KEY: encoded, "record": rest})
+
+
+# The key of a line whose columns are kept packed at rest (0.5.0 on): older versions
+# do not know it and cannot read such a line (CHANGELOG).
+PACKED_KEY = "packed_columns"
+# A line's columns as stored: a 0.4.0 line's base64 images, or a newer line's decoded arrays.
+_StoredColumns = dict[str, str] | tuple[Any, Any, Any] | None
 
 
 def _corrupt(where: str, error: Exception) -> CaptureCorrupt:
     return CaptureCorrupt(f"{where}: unreadable staged call ({type(error).__name__}: {error})")
 
 
+def _blob_arrays(encoded: object, *, decode: bool) -> tuple[Any, Any, Any] | None:
+    """A line's packed columns as arrays (`decode`), else only checked to be a string."""
+    if not isinstance(encoded, str):
+        raise TypeError(f"{PACKED_KEY} must be a base64 string")
+    if not decode:
+        return None
+    try:
+        columns = unpack_columns_blob(binascii.a2b_base64(encoded, strict_mode=True))
+    except binascii.Error as error:
+        raise ValueError(f"{PACKED_KEY} is not base64: {error}") from None
+    return columns.ids, columns.mask, columns.log_probs
+
+
 def _read_line(
-    line: bytes, where: str
-) -> tuple[dict[str, Any], dict[str, str] | None, dict[str, Any] | None]:
-    """(record, packed columns or None, attachments) of a file store line, as stored."""
+    line: bytes, where: str, *, decode: bool = True
+) -> tuple[dict[str, Any], _StoredColumns, dict[str, Any] | None]:
+    """(record, columns as stored or None, attachments) of a file store line.
+
+    A newer line's packed columns are decoded into arrays (`decode=False`:
+    left out, for a reader of ids, extras or attachments only).
+    """
+    record: Any = None
     try:
         data = loads_json(line)
         record, attachments = data["record"], data["attachments"]
-        columns = data.get("columns")
         if not isinstance(record, dict) or not (
             attachments is None or isinstance(attachments, dict)
         ):
             raise TypeError("record must be an object, attachments an object or null")
+        columns: _StoredColumns = data.get("columns")
         if columns is not None and not isinstance(columns, dict):
             raise TypeError("columns must be an object")
+        if PACKED_KEY in data:
+            if columns is not None:
+                raise TypeError(f"a line holds both columns and {PACKED_KEY}")
+            if any(name in record for name in COLUMN_NAMES):
+                raise TypeError(f"a record holds a column beside {PACKED_KEY}")
+            columns = _blob_arrays(data[PACKED_KEY], decode=decode)
     except (ValueError, TypeError, KeyError) as error:
-        raise _corrupt(where, error) from None
+        call_id = record.get("model_call_id") if isinstance(record, dict) else None
+        raise _corrupt(where if call_id is None else f"{where}: call {call_id!r}", error) from None
     return record, columns, attachments
 
 
@@ -366,16 +402,20 @@ def parse_file_line(
     (a reader of ids, extras or attachments only) a packed record is
     returned without them.
     """
-    record, packed, attachments = _read_line(line, where)
-    if packed is not None and columns:
+    record, packed, attachments = _read_line(line, where, decode=columns)
+    if isinstance(packed, tuple):
+        record = {**record, **dict(zip(COLUMN_NAMES, packed, strict=True))}
+    elif packed is not None and columns:
         record = _native(record, packed, where)
     return record, attachments
 
 
 def parse_staged_call(line: bytes, where: str) -> ParsedStagedCall:
-    """A file store line as the freeze hands it on: record, extras, columns still packed."""
+    """A file store line as the freeze hands it on: record, extras, columns as stored."""
     record, packed, _ = _read_line(line, where)
     extras = record.pop("extras", None)
+    if isinstance(packed, tuple):
+        return ParsedStagedCall(record, extras, arrays=packed)
     # The images are decoded (and checked) by whoever reads the call: the finalizer,
     # or `ParsedStagedCall.base()` for a plain answer; not twice.
     return ParsedStagedCall(record, extras, packed)

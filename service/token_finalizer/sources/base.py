@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 from token_finalizer.core.entries import Snapshot, TokenEntry
 from token_finalizer.core.lineage_resolution import Resolution
 from token_finalizer.core.staging import (
+    PACKED_COLUMNS,
     LedgerResolution,
     RolloutManifest,
     StagedCallRecord,
@@ -76,22 +77,34 @@ class ParsedStagedCall:
 
     `record`: the stored record without its extras, and without its token
     columns when those were stored packed; `columns`: those packed columns
-    (base64 images, as a stage request sends them), else None; `extras`:
-    the call's extras as stored.
+    as a 0.4.0 line holds them (base64 images, as a stage request sends
+    them), else None; `arrays`: the columns a newer line held packed at rest
+    (`sources/_staged_packed.py`), decoded: ids `uint64`, mask and log probs
+    `float64`, native-endian, in `PACKED_COLUMNS` order; `extras`: the call's
+    extras as stored.
     """
 
     record: dict[str, Any]
     extras: dict[str, Any] | None
     columns: dict[str, str] | None = None
+    arrays: tuple[Any, Any, Any] | None = None
 
     def base(self) -> dict[str, Any]:
         """The base snapshot's JSON form, packed columns as native-endian arrays."""
+        if self.arrays is not None:
+            # The columns after the record's keys, as `unpack_columns` puts them.
+            return {**self.record, **dict(zip(PACKED_COLUMNS, self.arrays, strict=True))}
         if self.columns is None:
             return self.record
         return unpack_columns(self.record, self.columns, native=True)
 
     def packed(self) -> dict[str, Any]:
         """`{"record", "columns", "extras"}`, the packed freeze form; ValueError if it cannot be."""
+        if self.arrays is not None:
+            packed = pack_columns(self.base())
+            # The columns in a stored line's (sorted) order, as 0.4.0 lines held and sent them.
+            columns = dict(sorted(packed["columns"].items()))
+            return {"record": packed["record"], "columns": columns, "extras": self.extras}
         if self.columns is None:
             return {**pack_columns(self.record), "extras": self.extras}
         return {"record": self.record, "columns": self.columns, "extras": self.extras}

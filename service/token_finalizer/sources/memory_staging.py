@@ -26,9 +26,11 @@ from token_finalizer.core.staging import (
     StagedCallRecord,
     StagedCapture,
     check_custody,
+    stored_snapshot,
 )
+from token_finalizer.sources._staged_packed import base_from_stored, expand_base, pack_base
 from token_finalizer.sources._staging import (
-    base_json,
+    base_json_of,
     checked_attachments,
     checked_failure_row,
     checked_ledger_row,
@@ -41,7 +43,7 @@ from token_finalizer.sources._staging import (
     staging_refused,
     staging_report,
 )
-from token_finalizer.sources._staging_index import LedgerIndex
+from token_finalizer.sources._staging_index import LedgerIndex, StagedCallCache
 from token_finalizer.sources.base import (
     Attachment,
     LineageQuery,
@@ -58,13 +60,23 @@ __all__ = ["MemoryStaging", "RolloutStaging", "StagedCall"]
 
 @dataclass(frozen=True, slots=True)
 class StagedCall:
-    """One staged call as the memory store keeps it."""
+    """One staged call as the memory store keeps it: its base snapshot packed
+    (`_staged_packed.pack_base`, docs/staging.md#packed-at-rest), the rest as staged."""
 
-    snapshot: StagedCallBaseSnapshot
-    base: bytes
+    stored: bytes
+    digest: str
     rest: bytes
     extras: dict[str, Any] | None
     attachments: dict[str, dict[str, Any]] | None
+
+    @property
+    def base(self) -> bytes:
+        """The base snapshot JSON, byte for byte as staged."""
+        return expand_base(self.stored)
+
+    def snapshot(self) -> StagedCallBaseSnapshot:
+        """The base snapshot, read back from its stored form."""
+        return stored_snapshot(base_from_stored(self.stored))
 
 
 @dataclass(slots=True)
@@ -99,7 +111,7 @@ class RolloutStaging:
         """The manifest and, per record, its staged base snapshot."""
         manifest = self.ledger.manifest(rollout_id)
         snapshots = tuple(
-            None if call is None else call.snapshot
+            None if call is None else call.snapshot()
             for call in (self.calls.get(record.model_call_id) for record in manifest.records)
         )
         return StagedCapture(manifest=manifest, snapshots=snapshots)
@@ -141,6 +153,8 @@ class MemoryStaging:
 
     def __init__(self, store: StagingHost) -> None:
         self._store = store
+        # Staged calls are kept packed; the custody walk reads its ancestors from here.
+        self._parsed = StagedCallCache()
 
     @property
     def _lock(self) -> threading.Lock:
@@ -217,19 +231,26 @@ class MemoryStaging:
         checked = checked_attachments(attachments)
         rollout_id, call_id = check_store_id(record.rollout_id), record.model_call_id
         check_model_call_id(call_id)
-        base, rest = base_json(record), extras_json(record, checked)
+        data = StagedCallBaseSnapshot.to_json(record, native_columns=True)
+        packed, rest = pack_base(data, base_json_of(data)), extras_json(record, checked)
         with self._lock:
             rollout = self._writable(rollout_id)
             calls = rollout.staging.calls
             stored = calls.get(call_id)
-            if stored is not None and (stored.base, stored.rest) == (base, rest):
+            if stored is not None and (stored.stored, stored.rest) == (packed, rest):
                 return False
             ancestors: list[StagedCallBaseSnapshot] = []
             if record.parent_call_id is not None:
 
                 def lookup(ancestor: str) -> StagedCallBaseSnapshot | None:
                     found = calls.get(ancestor)
-                    return None if found is None else found.snapshot
+                    if found is None:
+                        return None
+                    snapshot = self._parsed.get(found.digest)
+                    if snapshot is None:
+                        snapshot = found.snapshot()
+                        self._parsed.put(snapshot)
+                    return snapshot
 
                 ancestors = staged_ancestors(record.parent_call_id, lookup, len(calls))
             check_custody(record, ancestors)
@@ -240,7 +261,8 @@ class MemoryStaging:
                     f"call {call_id} of rollout {rollout_id} was already staged "
                     "with a different payload"
                 )
-            calls[call_id] = StagedCall(record.base_snapshot(), base, rest, record.extras, checked)
+            calls[call_id] = StagedCall(packed, record.digest, rest, record.extras, checked)
+            self._parsed.put(record.base_snapshot())
             rollout.state.version += 1
             return True
 

@@ -1,12 +1,15 @@
-"""The file store's staged lines: token columns stored packed, lines of 0.3.0 still read.
+"""The file store's staged lines: token columns packed at rest, lines of 0.3.0 still read.
 
-docs/staging.md#storage. A staged call's line holds its columns as the stage
-request's packed images; a line written before (the columns as lists) reads
-back as the same call, and staging that call again is an identical replay.
+docs/staging.md#storage. A staged call's line holds its columns in their
+narrowest exact form (`packed_columns`, docs/staging.md#packed-at-rest); a
+line written before (the columns as lists) reads back as the same call, and
+staging that call again is an identical replay. 0.4.0's lines:
+test_staged_old_data.py.
 """
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import orjson
@@ -16,6 +19,7 @@ from tests.support.staging_stores import Conversation
 from token_finalizer import FileTokenStore
 from token_finalizer.core.errors import CaptureConflict, CaptureCorrupt
 from token_finalizer.core.staging import PACKED_COLUMNS, StagedCallRecord
+from token_finalizer.sources._staged_packed import COLUMNS_MAGIC
 from token_finalizer.sources._staging import (
     file_line,
     parse_file_line,
@@ -44,10 +48,10 @@ def _old_line(record: StagedCallRecord) -> bytes:
 
 
 def test_a_staged_line_holds_its_columns_packed() -> None:
-    """The line's record leaves the three columns out; `columns` holds their images."""
+    """The line's record leaves the three columns out; `packed_columns` holds them."""
     stored = orjson.loads(file_line(_record(), None))
-    assert set(stored) == {"attachments", "columns", "record"}
-    assert set(stored["columns"]) == set(PACKED_COLUMNS)
+    assert set(stored) == {"attachments", "packed_columns", "record"}
+    assert base64.b64decode(stored["packed_columns"]).startswith(COLUMNS_MAGIC)
     assert not set(PACKED_COLUMNS) & set(stored["record"])
 
 
@@ -66,16 +70,11 @@ def test_an_old_line_reads_back_as_the_same_record() -> None:
     assert StagedCallRecord.from_json(parsed) == record
 
 
-def test_the_freeze_gets_the_stored_images_and_the_extras_apart() -> None:
-    """parse_staged_call keeps the columns as stored and takes the extras off the record."""
+def test_the_freeze_gets_the_columns_and_the_extras_apart() -> None:
+    """parse_staged_call decodes the columns once and takes the extras off the record."""
     record = _record()
     call = parse_staged_call(file_line(record, None), "test")
-    stored = orjson.loads(file_line(record, None))
-    assert (call.columns, call.extras, "extras" in call.record) == (
-        stored["columns"],
-        ROUTED,
-        False,
-    )
+    assert (call.columns, call.extras, "extras" in call.record) == (None, ROUTED, False)
     assert StagedCallRecord.from_json({**call.base(), "extras": ROUTED}) == record
 
 
@@ -103,7 +102,7 @@ async def test_staging_again_over_an_old_line_is_an_identical_replay(tmp_path: P
 
 
 async def test_torn_packed_columns_fail_the_freeze_as_corrupt(tmp_path: Path) -> None:
-    """A stored image that is not base64 is the capture's corruption, named at the freeze."""
+    """Packed columns that are not base64 are the capture's corruption, named at the freeze."""
     chat = Conversation(RID)
     chat.add("c1")
     store = FileTokenStore(tmp_path)
@@ -112,7 +111,7 @@ async def test_torn_packed_columns_fail_the_freeze_as_corrupt(tmp_path: Path) ->
         await store.record_ledger_row(RID, chat.rows[0])
         staged = tmp_path / f"{RID}.staged.jsonl"
         line = orjson.loads(staged.read_bytes())
-        line["columns"]["token_ids_delta"] = "!!!!"
+        line["packed_columns"] = "!!!!"
         staged.write_bytes(orjson.dumps(line, option=orjson.OPT_SORT_KEYS) + b"\n")
         reopened = FileTokenStore(tmp_path)
         with pytest.raises(CaptureCorrupt, match="c1"):

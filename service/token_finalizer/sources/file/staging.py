@@ -4,8 +4,10 @@
                       line, sorted-key compact JSON, fsynced (the directory too when
                       the file is new), under the rollout's exclusive flock on
                       R.tokens.lock, the lock file Gym shares
-    R.staged.jsonl    staged calls: {"attachments": ..., "record": <StagedCallRecord>}
-                      per line, sorted keys, fsynced before a stage is acknowledged;
+    R.staged.jsonl    staged calls: {"attachments": ..., "packed_columns": ...,
+                      "record": <StagedCallRecord without its columns>} per line
+                      (docs/staging.md#packed-at-rest), sorted keys, fsynced before
+                      a stage is acknowledged;
                       a clear rewrites it with each cleared call's line replaced by
                       the tombstone {"cleared": <call id>}
 

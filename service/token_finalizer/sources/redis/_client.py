@@ -26,7 +26,8 @@ External staging (sources/redis/staging.py, docs/staging.md#storage):
     P{ng:R}:ledger_ids     HASH   model_call_id -> its first row (write-once), and
                                   "\n" + JSON [call id, reason] -> 1 per failure row
     P{ng:R}:ledger_fp      HASH   fingerprint -> the ids of its committed rows, "\n"-joined
-    P{ng:R}:staged         HASH   model_call_id -> the staged call's base snapshot JSON
+    P{ng:R}:staged         HASH   model_call_id -> the staged call's base snapshot, packed
+                                  (sources/_staged_packed.py; JSON before 0.5.0)
     P{ng:R}:staged_extras  HASH   model_call_id -> {"attachments", "extras"} JSON
     P{ng:R}:staged_index   HASH   model_call_id -> "<staging digest> <parent call id>"
     P{ng:R}:staged_cleared SET    model_call_ids whose staged call a clear deleted

@@ -35,8 +35,9 @@ from token_finalizer.core.staging import (
     resolve_ledger,
     stored_snapshot,
 )
+from token_finalizer.sources._staged_packed import base_from_stored, expand_base, pack_base
 from token_finalizer.sources._staging import (
-    base_json,
+    base_json_of,
     checked_attachments,
     checked_failure_row,
     checked_ledger_row,
@@ -179,9 +180,9 @@ class RedisStaging:
         return ancestors
 
     @staticmethod
-    def _parsed(line: bytes, rollout_id: str, call_id: str) -> StagedCallBaseSnapshot:
+    def _parsed(stored: bytes, rollout_id: str, call_id: str) -> StagedCallBaseSnapshot:
         try:
-            return stored_snapshot(loads_json(line))
+            return stored_snapshot(base_from_stored(stored))
         except (ValueError, TypeError) as error:
             raise CaptureCorrupt(
                 f"staged call {call_id} of rollout {rollout_id} cannot be read: {error}"
@@ -194,7 +195,9 @@ class RedisStaging:
         rollout_id, call_id = check_store_id(record.rollout_id), record.model_call_id
         check_model_call_id(call_id)
         checked = checked_attachments(attachments)
-        base, rest = base_json(record), extras_json(record, checked)
+        data = StagedCallBaseSnapshot.to_json(record, native_columns=True)
+        base, rest = base_json_of(data), extras_json(record, checked)
+        packed = pack_base(data, base)
         parent = record.parent_call_id
         for _ in range(REDIS_PUT_ROUNDS):
             ancestors = [] if parent is None else await self._ancestors(rollout_id, parent)
@@ -204,7 +207,7 @@ class RedisStaging:
                 call_id,
                 parent or "",
                 parent_digest,
-                base,
+                packed,
                 rest,
                 record.digest,
                 self._abandoned_ms,
@@ -216,6 +219,8 @@ class RedisStaging:
             if reply[0] == b"same":
                 return False
             if reply[0] == b"conflict":
+                if self._replayed(reply, base, rest):
+                    return False
                 raise CaptureConflict(
                     f"call {call_id} of rollout {rollout_id} was already staged "
                     "with a different payload"
@@ -228,6 +233,20 @@ class RedisStaging:
             f"redis store {self._redis.where}: the parent of call {call_id} of rollout "
             f"{rollout_id} kept changing during the stage"
         )
+
+    @staticmethod
+    def _replayed(reply: Any, base: bytes, rest: bytes) -> bool:
+        """Whether a stored call the script could not match by bytes is this very call.
+
+        A call stored in another form (its base JSON, as before 0.5.0) staged
+        again is an identical replay, not a conflict.
+        """
+        if len(reply) != 3 or bytes(reply[2]) != rest:
+            return False
+        try:
+            return expand_base(bytes(reply[1])) == base
+        except ValueError:
+            return False
 
     async def _read(
         self, part: str, rollout_id: str, call_ids: Sequence[str]
@@ -243,7 +262,20 @@ class RedisStaging:
         self, rollout_id: str, call_ids: Sequence[str]
     ) -> tuple[bytes | None, ...]:
         """Each call's base snapshot JSON, in order; None when not staged."""
-        return tuple(await self._read("base", rollout_id, list(call_ids)))
+        stored = await self._read("base", rollout_id, list(call_ids))
+        return tuple(
+            None if value is None else self._expanded(value, rollout_id) for value in stored
+        )
+
+    @staticmethod
+    def _expanded(stored: bytes, rollout_id: str) -> bytes:
+        """A stored base snapshot as its JSON, byte for byte as staged."""
+        try:
+            return expand_base(stored)
+        except ValueError as error:
+            raise CaptureCorrupt(
+                f"a staged call of rollout {rollout_id} cannot be read: {error}"
+            ) from None
 
     def _rest(self, line: bytes, rollout_id: str, call_id: str) -> dict[str, Any]:
         try:
@@ -304,7 +336,10 @@ class RedisStaging:
             raise self._redis.unexpected("staged freeze", reply)
         rows = self._rows(reply[1], rollout_id)
         pairs = reply[2]
-        bases = {text(pairs[i]): bytes(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}
+        bases = {
+            text(pairs[i]): self._expanded(bytes(pairs[i + 1]), rollout_id)
+            for i in range(0, len(pairs) - 1, 2)
+        }
         return staged_lines(self._manifest(rows, rollout_id), bases.get)
 
     async def report(self, rollout_id: str) -> StagingReport | None:
