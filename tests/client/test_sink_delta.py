@@ -110,6 +110,26 @@ async def test_a_full_prompt_chain_goes_as_deltas_and_freezes_whole(
     assert frozen.lines == tuple(dumps_entry_line(entry) for entry in entries)
 
 
+async def test_a_chain_put_as_deltas_is_kept_as_its_suffixes(tmp_path: Path) -> None:
+    """Entries rebuilt from delta puts are deduplicated at rest exactly as the same entries
+    put whole: the file takes the same bytes (not one whole prompt per call)."""
+    rid = _rid()
+    entries = _chain(rid, 30)
+    whole = FileTokenStore(tmp_path / "whole")
+    for entry in entries:
+        await whole.put(entry)
+    store = FileTokenStore(tmp_path / "capture")
+    with running_app(create_store_app(store)) as url:
+        async with HttpTokenSink(url=url) as sink:
+            for entry in entries:
+                await sink.put(entry)
+    name = f"{rid}.tokens.jsonl"
+    stored, expected = ((tmp_path / d / name).stat().st_size for d in ("capture", "whole"))
+    assert stored == expected
+    # Each prompt whole would be over 30 x 15 x 45 ids: over 40 kB at 2 B an id.
+    assert stored < 30_000
+
+
 async def test_the_full_put_after_a_delta_put_is_a_replay(
     sink: HttpTokenSink, store_url: str, store: Any
 ) -> None:

@@ -141,7 +141,7 @@ def _log_probs_text(values: np.ndarray, stdlib: bool) -> bytes:
 def _skeleton(payload: Mapping[str, Any], line: bytes) -> tuple[list[bytes], bool] | None:
     """The line's text around its three token arrays, and whether its floats are the
     stdlib's (a line with non-finite log probs); None when the line cannot be cut so."""
-    if not all(isinstance(payload.get(name), list) for name in _FIELDS):
+    if not all(isinstance(payload.get(name), list | np.ndarray) for name in _FIELDS):
         return None
     holes = {name: f"{_HOLE}{index}" for index, name in enumerate(_FIELDS)}
     # The same choice of encoder as `dumps_entry_line`.
