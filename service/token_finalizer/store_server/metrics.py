@@ -34,6 +34,7 @@ from token_finalizer.store_server.roles import (
     ROUTE_ROLES,
     STAGE_ROUTE,
 )
+from token_finalizer.web.answer_done import call_until_answered
 from token_finalizer_client.protocol import ROLLOUT_ROUTE
 
 __all__ = ["ROUTE_NAMES", "StoreMetrics", "StoreMetricsMiddleware"]
@@ -217,15 +218,7 @@ class StoreMetricsMiddleware:
         started = time.perf_counter()
         # Matched before the app runs: the router adds to the scope as it dispatches.
         template = self._route_of(scope)
-        status = 500
         received = 0
-        done = False
-
-        def finish() -> None:
-            nonlocal done
-            done = True
-            seconds = time.perf_counter() - started
-            self._metrics.observe(template, status, seconds, received)
 
         async def counted_receive() -> Message:
             nonlocal received
@@ -234,18 +227,7 @@ class StoreMetricsMiddleware:
                 received += len(message.get("body", b""))
             return message
 
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body" and not message.get("more_body"):
-                # Counted before the last byte leaves: whoever saw the answer
-                # can already see it in /metrics.
-                finish()
-            await send(message)
+        def answered(status: int) -> None:
+            self._metrics.observe(template, status, time.perf_counter() - started, received)
 
-        try:
-            await self.app(scope, counted_receive, send_and_note)
-        finally:
-            if not done:  # the app raised, or never finished its answer
-                finish()
+        await call_until_answered(self.app, scope, counted_receive, send, answered)

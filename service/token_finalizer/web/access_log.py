@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from token_finalizer._logging import FIELDS_ATTRIBUTE
+from token_finalizer.web.answer_done import call_until_answered
 
 __all__ = ["ACCESS_LOGGER", "AccessLogMiddleware", "log_fields", "request_log_fields"]
 
@@ -61,29 +62,11 @@ class AccessLogMiddleware:
         started = time.perf_counter()
         fields: dict[str, Any] = {}
         scope.setdefault("state", {})[_FIELDS_KEY] = fields
-        status = 500
-        done = False
 
-        def finish() -> None:
-            nonlocal done
-            done = True
+        def answered(status: int) -> None:
             self._record(scope, status, time.perf_counter() - started, fields)
 
-        async def send_and_note(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            elif message["type"] == "http.response.body" and not message.get("more_body"):
-                # Logged before the last byte leaves, so whoever sees the
-                # answer can already see its log line and metrics.
-                finish()
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_and_note)
-        finally:
-            if not done:  # the app raised, or never finished its answer
-                finish()
+        await call_until_answered(self.app, scope, receive, send, answered)
 
     def _record(self, scope: Scope, status: int, seconds: float, fields: dict[str, Any]) -> None:
         path = scope.get("path", "")
