@@ -21,6 +21,7 @@ import contextlib
 import copy
 import logging
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -85,6 +86,26 @@ def log_level(environ: Mapping[str, str] | None = None) -> str:
     return value.upper()
 
 
+class CurrentStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to `sys.stderr` or `sys.stdout` as it is at each record, not as it was when the
+    servers' logging was configured: a process that swaps them (a test capturing output, an
+    embedder) never keeps a handler on a closed stream ("--- Logging error ---" lines)."""
+
+    def __init__(self, which: str = "stderr") -> None:
+        if which not in ("stderr", "stdout"):
+            raise ValueError(f"which must be stderr or stdout, got {which!r}")
+        self._which = which
+        super().__init__()
+
+    @property
+    def stream(self) -> Any:
+        return getattr(sys, self._which)
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """StreamHandler sets its stream; this handler always looks it up instead."""
+
+
 def logging_config(*, access_logger: str | None = None) -> dict[str, Any]:
     """uvicorn's logging, every line JSON: requests on stdout, everything else on stderr.
 
@@ -96,17 +117,10 @@ def logging_config(*, access_logger: str | None = None) -> dict[str, Any]:
     config = copy.deepcopy(LOGGING_CONFIG)
     json_formatter = {"()": f"{__name__}.JsonFormatter"}
     config["formatters"] = {"json": json_formatter}
+    current = f"{__name__}.CurrentStreamHandler"
     config["handlers"] = {
-        "stderr": {
-            "formatter": "json",
-            "class": "logging.StreamHandler",
-            "stream": "ext://sys.stderr",
-        },
-        "stdout": {
-            "formatter": "json",
-            "class": "logging.StreamHandler",
-            "stream": "ext://sys.stdout",
-        },
+        "stderr": {"formatter": "json", "()": current, "which": "stderr"},
+        "stdout": {"formatter": "json", "()": current, "which": "stdout"},
     }
     config["loggers"] = {
         "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},

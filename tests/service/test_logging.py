@@ -7,7 +7,9 @@ server on loopback, with their stderr read line by line.
 
 from __future__ import annotations
 
+import io
 import logging
+import logging.config
 import os
 import subprocess
 import sys
@@ -72,6 +74,32 @@ def test_server_logging_puts_the_client_logger_on_stderr(monkeypatch: pytest.Mon
     loggers = logging_config()["loggers"]
     expected = {"handlers": ["stderr"], "level": "ERROR", "propagate": False}
     assert loggers[CLIENT_LOGGER] == loggers[SERVICE_LOGGER] == expected
+
+
+def test_server_log_lines_follow_the_stream_that_is_current(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The servers' handlers write to sys.stderr as it is at each line, so a stream swapped
+    out (and closed) since the logging was configured is never written to."""
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "incremental": False,
+            "disable_existing_loggers": False,
+            "formatters": logging_config()["formatters"],
+            "handlers": {"stderr": logging_config()["handlers"]["stderr"]},
+            "loggers": {"tf-test-current-stream": {"handlers": ["stderr"], "level": "INFO"}},
+        }
+    )
+    test_logger = logging.getLogger("tf-test-current-stream")
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    test_logger.info("one")
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    test_logger.info("two")
+    test_logger.handlers.clear()
+    assert orjson.loads(second.getvalue())["message"] == "two"
 
 
 # -- the lines ---------------------------------------------------------------------------------
