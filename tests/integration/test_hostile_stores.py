@@ -7,7 +7,8 @@ answers each freeze according to the rollout id's prefix:
 - `gzip-`: a ~250 KB gzip answer (`Content-Encoding: gzip`, never asked for)
   expanding to 256 MiB;
 - `trickle-`: a 200 whose body arrives one byte a second, forever;
-- `forge-`: a 500 whose error text holds a newline and a fake JSON log line.
+- `forge-`: a 500 whose error text holds a newline and a fake JSON log line;
+- `huge-version-`: a well-formed freeze answer whose version is 2**70.
 
 The finalizer runs in a subprocess so that its peak memory (VmHWM) and its
 log streams are its own. Its source URLs carry credentials, which must never
@@ -37,7 +38,7 @@ import pytest
 import yaml
 import zstandard
 
-from tests.support.captures import record_for
+from tests.support.captures import make_entry, record_for
 from tests.support.servers import free_port, wait_for_health
 from token_finalizer._constants import FINALIZE_CONCURRENCY, HTTP_DEADLINE_TIMEOUTS
 
@@ -114,6 +115,8 @@ class _FakeStore(BaseHTTPRequestHandler):
             self._trickle()
         elif rollout_id.startswith("forge-"):
             self._answer(500, orjson.dumps({"error": FORGED_ERROR}))
+        elif rollout_id.startswith("huge-version-"):
+            self._answer(200, _freeze_answer(rollout_id, version=2**70))
         else:
             self._answer(404, b'{"error": "no such path"}')
 
@@ -127,6 +130,14 @@ class _FakeStore(BaseHTTPRequestHandler):
             while not self.stopping.wait(1.0):
                 self.wfile.write(b" ")
                 self.wfile.flush()
+
+
+def _freeze_answer(rollout_id: str, **fields: Any) -> bytes:
+    """A protocol v1 freeze answer of one call, with `fields` in place of its own."""
+    entry = make_entry(rollout_id, "c1", [1, 2, 3], [4, 5])
+    answer = {"rollout_id": rollout_id, "entries": [entry], "incomplete": False}
+    # json, not orjson: a version of 2**70 is past what orjson writes.
+    return json.dumps({**answer, "snapshot_id": "snap-1", "version": 3, **fields}).encode()
 
 
 @contextlib.contextmanager
@@ -263,6 +274,17 @@ def test_gzip_bomb_is_masked_like_a_zstd_bomb(finalizer: Finalizer) -> None:
     assert capture["mask_reason"] == "freeze_failed"
     assert f"the gzip body decodes to more than {ANSWER_LIMIT} bytes" in capture["error"]
     assert finalizer.peak_rss_bytes() - before < 4 * ANSWER_LIMIT
+
+
+def test_a_version_past_2_53_is_a_masked_record_not_a_500(finalizer: Finalizer) -> None:
+    """A freeze answer whose version is 2**70 (issue 29, item 8): /finalize answers 200 with the
+    record masked, naming the version, and the process stays well."""
+    answer = finalizer.post(record_for("huge-version-1"), "hostile")
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["record"]["mask_sample"], body["retirable"]) == (True, False)
+    assert "version" in body["record"]["_ng_token_capture"]["error"]
+    assert httpx.get(f"{finalizer.url}/health", timeout=10).status_code == 200
 
 
 # -- (3) a store trickling its answer ---------------------------------------------------------
