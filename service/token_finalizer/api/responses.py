@@ -10,7 +10,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from token_finalizer.api.encoding import finalize_answer_pieces
-from token_finalizer.core.codec import with_encodable_text
 from token_finalizer.web.answers import encoded_response, json_response
 
 __all__ = ["answer", "encode_answer"]
@@ -28,7 +27,7 @@ def encode_answer(payload: Any, accept_encoding: str | None) -> Response:
             return json_response(payload, accept_encoding=accept_encoding)
         return encoded_response(pieces, accept_encoding=accept_encoding)
     except TypeError:  # orjson: a lone surrogate read from the store (docs/staging.md)
-        return json_response(with_encodable_text(payload), accept_encoding=accept_encoding)
+        return json_response(payload, accept_encoding=accept_encoding)
 
 
 async def answer(request: Request, payload: Any, *, large: bool = False) -> Response:
@@ -42,7 +41,4 @@ async def answer(request: Request, payload: Any, *, large: bool = False) -> Resp
         return await anyio.to_thread.run_sync(
             functools.partial(encode_answer, payload, accept_encoding)
         )
-    try:
-        return json_response(payload, accept_encoding=accept_encoding)
-    except TypeError:  # orjson: a lone surrogate read from the store
-        return json_response(with_encodable_text(payload), accept_encoding=accept_encoding)
+    return json_response(payload, accept_encoding=accept_encoding)

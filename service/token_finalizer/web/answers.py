@@ -13,7 +13,7 @@ from typing import Any
 from starlette.responses import Response, StreamingResponse
 
 from token_finalizer._constants import STREAM_CHUNK_BYTES, STREAM_MIN_BYTES, ZSTD_MIN_BYTES
-from token_finalizer.core.codec import Piece, encode_json, zstd_compress
+from token_finalizer.core.codec import Piece, encode_json, with_encodable_text, zstd_compress
 
 __all__ = [
     "accepts_zstd",
@@ -46,9 +46,18 @@ def json_response(
     accept_encoding: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> Response:
-    """A JSON answer, zstd-compressed when the client accepts it and it is worth it."""
+    """A JSON answer, zstd-compressed when the client accepts it and it is worth it.
+
+    A lone surrogate in a string read from a store (written before such strings were
+    refused) is spelled `\\ud800` in the answer, so a route answers it instead of a 500 on
+    every retry (docs/staging.md; what is stored is never changed).
+    """
+    try:
+        body = encode_json(payload)
+    except TypeError:  # orjson refuses a lone surrogate; anything else fails again below
+        body = encode_json(with_encodable_text(payload))
     return encoded_response(
-        encode_json(payload),
+        body,
         status_code=status_code,
         accept_encoding=accept_encoding,
         headers=headers,

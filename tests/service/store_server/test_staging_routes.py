@@ -8,6 +8,7 @@ Redis: tests/integration/test_store_serve_staging.py.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import uuid
@@ -477,3 +478,16 @@ def test_staging_writes_under_an_id_finalize_refuses_are_422(http: httpx.Client)
     rule = "'_x1' must match ^[A-Za-z0-9][A-Za-z0-9._-]*$"
     for response in answers:
         assert (response.status_code, rule in response.json()["error"]) == (422, True)
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_a_lone_surrogate_at_rest_is_answered_spelled_out(kind: str, tmp_path: Any) -> None:
+    """A failure reason holding `\\ud800`, stored before such rows were refused: the manifest
+    answers 200 with it spelled `\\\\ud800`, never a 500 on every read."""
+    backend = FileTokenStore(tmp_path) if kind == "file" else MemoryTokenStore()
+    asyncio.run(backend.record_ledger_failure("r-surrogate", "c9", "x\ud800"))
+    with in_process(create_store_app(backend, tokens=TOKENS)) as client:
+        path = "/ng-rollout/r-surrogate/training-token-capture/ledger/manifest"
+        answer = client.get(path, headers=FINALIZER)
+    assert answer.status_code == 200
+    assert [row["reason"] for row in answer.json()["failures"]] == ["x\\ud800"]
