@@ -27,6 +27,7 @@ from tests.support.captures import make_entry
 from tests.support.servers import running_app
 from token_finalizer import FileTokenStore
 from token_finalizer.api import create_app
+from token_finalizer.sources.http import HttpTokenSource as FinalizerHttpSource
 from token_finalizer.store_server import create_store_app
 from token_finalizer_client import (
     AsyncFinalizerClient,
@@ -57,7 +58,7 @@ class Noted:
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         async def noting(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http" and scope["path"] not in ("/health",):
+            if scope["type"] == "http":  # /health too: the finalizer's /ready pings it
                 headers = dict(scope.get("headers", ()))
                 value = headers.get(b"traceparent")
                 self.seen.append(None if value is None else value.decode())
@@ -115,6 +116,15 @@ async def _token_source(servers: Servers) -> None:
         await source.close()
 
 
+async def _finalizer_http_source(servers: Servers) -> None:
+    source = FinalizerHttpSource(servers.store_url)
+    try:
+        await source.ping()  # what the finalizer's /ready asks the store
+        await source.freeze(fresh_id())
+    finally:
+        await source.close()
+
+
 async def _async_client(servers: Servers) -> None:
     async with AsyncFinalizerClient(servers.service_url) as client:
         await client.ready()
@@ -138,6 +148,7 @@ CALLS: dict[str, Callable[[Servers], Any]] = {
     "HttpCaptureLedger": lambda servers: asyncio.run(_ledger(servers)),
     "HttpTokenSource": lambda servers: asyncio.run(_token_source(servers)),
     "AsyncFinalizerClient": lambda servers: asyncio.run(_async_client(servers)),
+    "the finalizer's http source": lambda servers: asyncio.run(_finalizer_http_source(servers)),
     "FinalizerClient": _sync_client,
     "HttpStagingSink+Source": _staging,
 }

@@ -516,7 +516,7 @@ class HttpTokenSource:
         if self._closed:
             raise SourceUnavailable(f"the http source for {self.url} is closed")
         try:
-            response = await self._client.get("/health")
+            response = await self._client.get("/health", headers=trace_headers())
         except httpx.HTTPError as exc:
             raise SourceUnavailable(
                 f"capture store {self.url} is unreachable: {describe_exception(exc)}"
