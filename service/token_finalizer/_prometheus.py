@@ -57,6 +57,7 @@ __all__ = [
     "multiprocess_directory",
     "multiprocess_enabled",
     "prepare_multiprocess_directory",
+    "prepare_operator_directory",
 ]
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,15 @@ def prepare_multiprocess_directory(directory: str) -> None:
         ) from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise OSError(f"{MULTIPROC_DIR_ENV_VAR}={directory} is not writable")
+
+
+def prepare_operator_directory() -> None:
+    """When the operator set PROMETHEUS_MULTIPROC_DIR, make it ready for this run (before any
+    process writes there: a new run counts from zero). OSError naming it when it cannot be
+    used; nothing to do when it is unset."""
+    directory = os.environ.get(MULTIPROC_DIR_ENV_VAR)
+    if directory:
+        prepare_multiprocess_directory(directory)
 
 
 @contextlib.contextmanager

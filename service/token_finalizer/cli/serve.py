@@ -129,20 +129,13 @@ def serve(args: argparse.Namespace) -> int:
         say(logging.ERROR, f"token-finalizer serve: {exc}")
         return 2
 
-    from token_finalizer.service.metrics import (
-        MULTIPROC_DIR_ENV_VAR,
-        multiprocess_directory,
-        prepare_multiprocess_directory,
-    )
+    from token_finalizer.service.metrics import multiprocess_directory, prepare_operator_directory
 
-    operator_directory = os.environ.get(MULTIPROC_DIR_ENV_VAR)
-    if operator_directory:
-        try:
-            # Before any worker writes there: a new run starts counting from zero.
-            prepare_multiprocess_directory(operator_directory)
-        except OSError as exc:
-            say(logging.ERROR, f"token-finalizer serve: {exc}")
-            return 2
+    try:
+        prepare_operator_directory()
+    except OSError as exc:
+        say(logging.ERROR, f"token-finalizer serve: {exc}")
+        return 2
 
     # A long-running server: large answers must give their memory back when freed.
     tune_allocator()

@@ -18,6 +18,7 @@ from token_finalizer._prometheus import (
     multiprocess_directory,
     multiprocess_enabled,
     prepare_multiprocess_directory,
+    prepare_operator_directory,
 )
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "multiprocess_directory",
     "multiprocess_enabled",
     "prepare_multiprocess_directory",
+    "prepare_operator_directory",
 ]
 
 # Paths get their own latency label; anything else (404s, /docs) shares "other"

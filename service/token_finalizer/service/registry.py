@@ -21,7 +21,7 @@ from token_finalizer.core.redaction import redact
 from token_finalizer.service.errors import UnknownSource
 from token_finalizer.service.metrics import ServiceMetrics
 from token_finalizer.settings import Settings
-from token_finalizer.sources import open_source
+from token_finalizer.sources import open_source, redis_store_of
 from token_finalizer.sources.base import CaptureSource, MemoryHealth, StagedExtras
 from token_finalizer.tracing import ROLLOUT_ID, SOURCE, child_span
 
@@ -137,19 +137,16 @@ class InstrumentedSource:
         """A redis store with `min_replicas_acked`: its primaries, and why some cannot take
         writes (None when every one can); ([], None) for any other source. Each primary's
         verdict is also the `source_shard_writable` gauge."""
-        inner = self.inner
-        if getattr(inner, "kind", None) != "redis":
+        redis = redis_store_of(self.inner)
+        if redis is None or not redis.min_replicas_acked:
             return [], None
-        from token_finalizer.sources.redis import RedisTokenStore, unwritable_message
+        from token_finalizer.sources.redis import unwritable_reason  # loaded by now
 
-        if not isinstance(inner, RedisTokenStore) or not inner.min_replicas_acked:
-            return [], None
-        shards = await inner.shard_health()
+        shards = await redis.shard_health()
         for shard in shards:
             writable = self._metrics.source_shard_writable.labels(self.name, shard.node)
             writable.set(1 if shard.writable else 0)
-        stuck = [unwritable_message(shard) for shard in shards if not shard.writable]
-        return [shard.to_dict() for shard in shards], "; ".join(stuck) or None
+        return [shard.to_dict() for shard in shards], unwritable_reason(shards)
 
     async def fetch_extras(self, rollout_id: str, call_ids: Sequence[str]) -> StagedExtras:
         """The extras of staged calls, through the wrapped source."""

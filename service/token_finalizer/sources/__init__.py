@@ -12,11 +12,14 @@ store CLI work on). See docs/store-protocol.md#the-store-interface.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from token_finalizer.sources.base import CaptureSource, CaptureStore
 from token_finalizer.sources.file import FileTokenStore
 from token_finalizer.sources.memory import MemoryTokenStore
+
+if TYPE_CHECKING:
+    from token_finalizer.sources.redis import RedisTokenStore
 
 __all__ = [
     "LOCAL_KINDS",
@@ -25,6 +28,7 @@ __all__ = [
     "MemoryTokenStore",
     "open_source",
     "open_store",
+    "redis_store_of",
 ]
 
 LOCAL_KINDS = ("memory", "file", "redis")
@@ -55,3 +59,12 @@ def open_source(kind: str, **options: Any) -> CaptureSource:
     if kind in LOCAL_KINDS:
         return open_store(kind, **options)
     raise ValueError(f"unknown source kind {kind!r}; expected one of {', '.join(SOURCE_KINDS)}")
+
+
+def redis_store_of(source: object) -> RedisTokenStore | None:
+    """`source` when it is a redis store, else None; redis-py is loaded only for one."""
+    if getattr(source, "kind", None) != "redis":
+        return None
+    from token_finalizer.sources.redis import RedisTokenStore
+
+    return source if isinstance(source, RedisTokenStore) else None

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 from token_finalizer._constants import STORE_HEALTH_TIMEOUT_S
 from token_finalizer.core.errors import CaptureError, StoreNodeUnreachable, describe_exception
 from token_finalizer.core.redaction import redact
+from token_finalizer.sources import redis_store_of
 from token_finalizer.sources.base import CaptureStore, MemoryHealth
 
 if TYPE_CHECKING:
-    from token_finalizer.sources.redis import RedisTokenStore
     from token_finalizer.sources.redis._memory import MemoryReading
     from token_finalizer.sources.redis._shards import ShardReading
 
@@ -85,30 +85,21 @@ def _memory_verdict(store: CaptureStore, memory: MemoryHealth) -> Health:
     return Health(503, body)
 
 
-def _redis_store(store: CaptureStore) -> RedisTokenStore | None:
-    """`store` when it is a redis store; None for others (redis-py stays unloaded)."""
-    if store.kind != "redis":
-        return None
-    from token_finalizer.sources.redis import RedisTokenStore
-
-    return store if isinstance(store, RedisTokenStore) else None
-
-
 def _node(store: CaptureStore) -> str | None:
     """The Redis node a redis store talks to; None for other stores."""
-    redis = _redis_store(store)
+    redis = redis_store_of(store)
     return None if redis is None else redis.node
 
 
 async def _shards(store: CaptureStore) -> tuple[ShardReading, ...]:
-    redis = _redis_store(store)
+    redis = redis_store_of(store)
     return () if redis is None else await redis.shard_health()
 
 
 def _with_figures(store: CaptureStore, verdict: Health, *, down: str | None = None) -> Health:
     """The verdict with the redis store's latest memory reading and primaries (`down`, a
     primary that did not answer the ping, counted unreachable)."""
-    redis = _redis_store(store)
+    redis = redis_store_of(store)
     if redis is None:
         return verdict
     shards = redis.shard_readings
@@ -124,18 +115,18 @@ def _shard_verdict(
     store: CaptureStore, verdict: Health, shards: tuple[ShardReading, ...]
 ) -> Health:
     """503 `shard_unwritable` when a primary cannot take writes, else `verdict` with the shards."""
-    from token_finalizer.sources.redis import unwritable_message
+    from token_finalizer.sources.redis import unwritable_reason
 
     if not shards:
         return verdict
     shown = [shard.to_dict() for shard in shards]
-    stuck = [shard for shard in shards if not shard.writable]
-    if not stuck or verdict.body.get("status") in _UNTRUSTED:
+    stuck = unwritable_reason(shards)
+    if stuck is None or verdict.body.get("status") in _UNTRUSTED:
         return Health(verdict.status_code, {**verdict.body, "shards": shown})
     body: dict[str, Any] = {
         "status": SHARD_UNWRITABLE,
         "store": store.kind,
-        "error": "; ".join(unwritable_message(shard) for shard in stuck),
+        "error": stuck,
         "shards": shown,
     }
     if "memory" in verdict.body:

@@ -305,17 +305,14 @@ def store_serve(args: argparse.Namespace) -> int:
             f"warning: serving {backend.where} on {args.host} without a token: anyone who can "
             "reach this port can write and retire captures",
         )
-    from token_finalizer._prometheus import MULTIPROC_DIR_ENV_VAR, prepare_multiprocess_directory
+    from token_finalizer._prometheus import prepare_operator_directory
     from token_finalizer.web.protocol import event_loop_factory
 
-    operator_directory = os.environ.get(MULTIPROC_DIR_ENV_VAR)
-    if operator_directory:
-        try:
-            # Before any worker writes there: a new run starts counting from zero.
-            prepare_multiprocess_directory(operator_directory)
-        except OSError as exc:
-            say(logging.ERROR, f"error: {exc}")
-            return 2
+    try:
+        prepare_operator_directory()
+    except OSError as exc:
+        say(logging.ERROR, f"error: {exc}")
+        return 2
     if args.workers > 1:
         try:
             return _serve_workers(args, backend, tokens)

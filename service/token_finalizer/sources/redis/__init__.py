@@ -23,7 +23,11 @@ from token_finalizer.sources.redis._client import ENTRY_KEY_PARTS, KEY_PARTS, ST
 from token_finalizer.sources.redis._nodes import check_cluster_mode, ping_every_primary
 from token_finalizer.sources.redis._retrying import RetryingRedis
 from token_finalizer.sources.redis._scripting import LuaScript, evalsha, evalsha_then_wait
-from token_finalizer.sources.redis._shards import ShardReading, unwritable_message
+from token_finalizer.sources.redis._shards import (
+    ShardReading,
+    unwritable_message,
+    unwritable_reason,
+)
 from token_finalizer.sources.redis.admin import RedisStoreAdmin
 from token_finalizer.sources.redis.store import RedisTokenStore
 
@@ -41,4 +45,5 @@ __all__ = [
     "evalsha_then_wait",
     "ping_every_primary",
     "unwritable_message",
+    "unwritable_reason",
 ]

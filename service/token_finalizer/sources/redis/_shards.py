@@ -14,13 +14,14 @@ unreachable. See docs/store-protocol.md#health.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from token_finalizer._constants import REDIS_PING_NODE_TIMEOUT_S
 from token_finalizer.sources.redis._retrying import RetryingRedis, describe
 
-__all__ = ["ShardReading", "read_shards", "unwritable_message"]
+__all__ = ["ShardReading", "read_shards", "unwritable_message", "unwritable_reason"]
 
 _ONLINE = "online"
 
@@ -60,6 +61,11 @@ class ShardReading:
         if self.error is not None:
             shown["error"] = self.error
         return shown
+
+
+def unwritable_reason(shards: Sequence[ShardReading]) -> str | None:
+    """Why some of `shards` cannot take writes, each named (None when every one can)."""
+    return "; ".join(unwritable_message(shard) for shard in shards if not shard.writable) or None
 
 
 def unwritable_message(shard: ShardReading) -> str:
