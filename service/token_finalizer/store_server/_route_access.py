@@ -27,6 +27,7 @@ __all__ = ["RouteOf", "route_access", "route_template"]
 
 # A request's scope -> (method, route template) of the route that will serve it, or None.
 RouteOf = Callable[[Scope], "tuple[str, str] | None"]
+_TEMPLATE_KEY = "token_finalizer_route"
 
 
 def route_template(routes: Sequence[BaseRoute]) -> RouteOf:
@@ -37,12 +38,20 @@ def route_template(routes: Sequence[BaseRoute]) -> RouteOf:
     """
 
     def template_of(scope: Scope) -> tuple[str, str] | None:
+        # The metrics and the guard both ask for every request: the routes are scanned
+        # once, and the answer kept in the request's state.
+        state = scope.setdefault("state", {})
+        if _TEMPLATE_KEY in state:
+            return state[_TEMPLATE_KEY]  # type: ignore[no-any-return]
+        found = None
         for route in routes:
             match, _ = route.matches(scope)
             if match is Match.FULL:
                 method = "GET" if scope["method"] == "HEAD" else scope["method"]
-                return method, getattr(route, "path", "")
-        return None
+                found = method, getattr(route, "path", "")
+                break
+        state[_TEMPLATE_KEY] = found
+        return found
 
     return template_of
 
