@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -67,6 +68,22 @@ def _state_a_string(client: redis.Redis, served: Served, rollout_id: str) -> Non
 Corruption = Callable[[redis.Redis, Served, str], None]
 
 
+def _corrupted(served: Served, corrupt: Corruption, rollout_id: str) -> None:
+    client = redis.Redis.from_url(served.redis_url)
+    try:
+        corrupt(client, served, rollout_id)
+    finally:
+        client.close()
+
+
+async def _finalized(served: Served, record: dict[str, Any], **options: Any) -> dict[str, Any]:
+    """The build of `record` finalized through the store server (the http source, no retry)."""
+    async with HttpTokenSource(served.base, max_retries=0) as source:
+        built = await finalize_record(record, source, **options)
+    assert built is not None
+    return built.to_dict()
+
+
 @pytest.mark.parametrize(
     "corrupt", [_state_version_not_a_number, _state_a_string], ids=["version", "state-type"]
 )
@@ -76,15 +93,8 @@ async def test_garbage_behind_the_store_server_masks_the_record(
     """A finalize over the http source masks the rollout; the store never says "retry"."""
     rollout_id = f"garbage-{corrupt.__name__.strip('_')}"
     _put_one_call(served, rollout_id)
-    client = redis.Redis.from_url(served.redis_url)
-    try:
-        corrupt(client, served, rollout_id)
-    finally:
-        client.close()
-    async with HttpTokenSource(served.base, max_retries=0) as source:
-        built = await finalize_record(record_for(rollout_id), source)
-    assert built is not None
-    build = built.to_dict()
+    _corrupted(served, corrupt, rollout_id)
+    build = await _finalized(served, record_for(rollout_id))
     assert (build["mask_sample"], build["error"].startswith("SourceUnavailable: ")) == (True, True)
 
 
@@ -120,13 +130,6 @@ async def test_garbage_in_a_staged_rollout_behind_the_store_server_masks_it(
     """A staged rollout whose staged or ledger key holds the wrong type masks; never a 503."""
     rollout_id = f"garbage-{corrupt.__name__.strip('_')}"
     record = await _stage_a_rollout(served, rollout_id)
-    client = redis.Redis.from_url(served.redis_url)
-    try:
-        corrupt(client, served, rollout_id)
-    finally:
-        client.close()
-    async with HttpTokenSource(served.base, max_retries=0) as source:
-        built = await finalize_record(record, source, raise_unreachable=True)
-    assert built is not None
-    build = built.to_dict()
+    _corrupted(served, corrupt, rollout_id)
+    build = await _finalized(served, record, raise_unreachable=True)
     assert (build["mask_sample"], build["mask_reason"]) == (True, "freeze_failed")

@@ -10,7 +10,6 @@ the direct freeze's snapshots. See docs/staging.md#packed-at-rest.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,25 +17,17 @@ import numpy as np
 import pytest
 
 from tests.service.sources.conftest import open_store
+from tests.service.sources.old_staged_calls import CALLS, IDS, RID, record_of
 from token_finalizer.core.errors import CaptureConflict
-from token_finalizer.core.staging import StagedCallRecord, build_staged_call
+from token_finalizer.core.staging import build_staged_call
 from token_finalizer.store_server._answers import _packed_snapshot, _plain_snapshot
 
 pytestmark = pytest.mark.anyio
 
-OLD = json.loads((Path(__file__).parent / "old_staged" / "calls.json").read_text())
-RID: str = OLD["rollout_id"]
-CALLS: list[dict[str, Any]] = OLD["calls"]
-IDS = [call["record"]["model_call_id"] for call in CALLS]
-
-
-def _record(call: dict[str, Any]) -> StagedCallRecord:
-    return StagedCallRecord.from_json(call["record"])
-
 
 async def _stage_all(store: Any) -> None:
     for call in CALLS:
-        await store.stage(_record(call), call["attachments"])
+        await store.stage(record_of(call), call["attachments"])
         await store.record_ledger_row(RID, call["ledger_row"])
 
 
@@ -82,7 +73,7 @@ async def test_the_direct_freeze_gives_back_every_column_value_and_dtype(store: 
     await _stage_all(store)
     snapshots = (await store.freeze(RID)).staged.snapshots
     for snapshot, call in zip(snapshots, CALLS, strict=True):
-        staged = _record(call).base_snapshot()
+        staged = record_of(call).base_snapshot()
         for name in ("token_ids_delta", "token_mask_delta", "generation_log_probs_delta"):
             got, want = getattr(snapshot, name), getattr(staged, name)
             assert (got.dtype, got.tobytes()) == (want.dtype, want.tobytes()), name
@@ -92,7 +83,7 @@ async def test_the_direct_freeze_gives_back_every_column_value_and_dtype(store: 
 async def test_an_identical_restage_is_a_replay(store: Any) -> None:
     """Every call staged again, unchanged, stores nothing."""
     await _stage_all(store)
-    replays = [await store.stage(_record(call), call["attachments"]) for call in CALLS]
+    replays = [await store.stage(record_of(call), call["attachments"]) for call in CALLS]
     assert replays == [False] * len(CALLS)
 
 
@@ -100,7 +91,7 @@ async def test_a_restage_with_other_columns_is_a_conflict(store: Any) -> None:
     """The second call staged again with one log prob changed is refused (409)."""
     await _stage_all(store)
     data = CALLS[1]["record"]
-    first = _record(CALLS[0])
+    first = record_of(CALLS[0])
     changed = build_staged_call(
         rollout_id=RID,
         model_call_id=data["model_call_id"],
@@ -122,9 +113,9 @@ async def test_the_custody_walk_reads_ancestors_another_process_packed(
     writer, other = open_store(request, kind, tmp_path), open_store(request, kind, tmp_path)
     try:
         for call in CALLS[:-1]:
-            await writer.stage(_record(call), call["attachments"])
+            await writer.stage(record_of(call), call["attachments"])
         last = CALLS[-1]
-        assert await other.stage(_record(last), last["attachments"]) is True
+        assert await other.stage(record_of(last), last["attachments"]) is True
     finally:
         await writer.close()
         await other.close()

@@ -9,7 +9,6 @@ chain onto them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,23 +16,14 @@ from typing import Any
 import pytest
 import redis
 
+from tests.service.sources.old_staged_calls import CALLS, IDS, RID, record_of
 from token_finalizer import FileTokenStore
 from token_finalizer.core.errors import CaptureConflict
-from token_finalizer.core.staging import StagedCallRecord
 from token_finalizer.sources._staging import ledger_line
 from token_finalizer.sources.redis import RedisTokenStore
 from token_finalizer.store_server._answers import _packed_snapshot, _plain_snapshot
 
 pytestmark = pytest.mark.anyio
-
-OLD = json.loads((Path(__file__).parent / "old_staged" / "calls.json").read_text())
-RID: str = OLD["rollout_id"]
-CALLS: list[dict[str, Any]] = OLD["calls"]
-IDS = [call["record"]["model_call_id"] for call in CALLS]
-
-
-def _record(call: dict[str, Any]) -> StagedCallRecord:
-    return StagedCallRecord.from_json(call["record"])
 
 
 def _old_directory(directory: Path, version: str, count: int) -> None:
@@ -72,14 +62,14 @@ async def old_files(tmp_path: Path, version: str) -> AsyncIterator[FileTokenStor
 async def test_a_new_call_chains_onto_old_lines(old_files: FileTokenStore) -> None:
     """The third call, staged now, passes custody over the two calls the old release staged."""
     last = CALLS[-1]
-    assert await old_files.stage(_record(last), last["attachments"]) is True
+    assert await old_files.stage(record_of(last), last["attachments"]) is True
 
 
 async def test_old_lines_freeze_as_the_old_release_answered(
     old_files: FileTokenStore, version: str
 ) -> None:
     """Plain and packed snapshots of old and new lines are 0.4.0's, byte for byte."""
-    await old_files.stage(_record(CALLS[-1]), CALLS[-1]["attachments"])
+    await old_files.stage(record_of(CALLS[-1]), CALLS[-1]["attachments"])
     await old_files.freeze(RID)
     lines = (await old_files.freeze_lines(RID)).staged.snapshots
     assert [_plain_snapshot(line) for line in lines] == _answers(version, "plain", 2)
@@ -88,21 +78,21 @@ async def test_old_lines_freeze_as_the_old_release_answered(
 
 async def test_old_lines_read_back_as_the_calls_staged(old_files: FileTokenStore) -> None:
     """The direct freeze of old lines gives each staged call's snapshot."""
-    await old_files.stage(_record(CALLS[-1]), CALLS[-1]["attachments"])
+    await old_files.stage(record_of(CALLS[-1]), CALLS[-1]["attachments"])
     snapshots = (await old_files.freeze(RID)).staged.snapshots
-    assert list(snapshots) == [_record(call).base_snapshot() for call in CALLS]
+    assert list(snapshots) == [record_of(call).base_snapshot() for call in CALLS]
 
 
 async def test_restaging_over_old_lines_is_a_replay(old_files: FileTokenStore) -> None:
     """Calls the old release staged, staged again now: identical replays."""
-    replays = [await old_files.stage(_record(call), call["attachments"]) for call in CALLS[:2]]
+    replays = [await old_files.stage(record_of(call), call["attachments"]) for call in CALLS[:2]]
     assert replays == [False, False]
 
 
 async def test_other_attachments_over_an_old_line_conflict(old_files: FileTokenStore) -> None:
     """The first call staged again with attachments it did not have is refused."""
     with pytest.raises(CaptureConflict):
-        await old_files.stage(_record(CALLS[0]), {"x": {"json": 1}})
+        await old_files.stage(record_of(CALLS[0]), {"x": {"json": 1}})
 
 
 async def test_extras_and_attachments_of_old_lines_are_read(old_files: FileTokenStore) -> None:
@@ -125,7 +115,7 @@ async def old_redis(
     """A redis store whose first two staged calls hold the values 0.4.0 stored (base JSON)."""
     writer = RedisTokenStore(redis_url, key_prefix=redis_prefix)
     for call in CALLS[:2]:
-        await writer.stage(_record(call), call["attachments"])
+        await writer.stage(record_of(call), call["attachments"])
     await writer.close()
     key = f"{redis_prefix}{{ng:{RID}}}:staged"
     for call in CALLS[:2]:
@@ -136,7 +126,7 @@ async def old_redis(
 
 
 async def _redis_frozen(store: RedisTokenStore) -> tuple[Any, ...]:
-    await store.stage(_record(CALLS[-1]), CALLS[-1]["attachments"])
+    await store.stage(record_of(CALLS[-1]), CALLS[-1]["attachments"])
     for call in CALLS:
         await store.record_ledger_row(RID, call["ledger_row"])
     await store.freeze(RID)
@@ -156,7 +146,7 @@ async def test_old_redis_values_freeze_as_0_4_0_answered(old_redis: RedisTokenSt
 
 async def test_restaging_over_old_redis_values_is_a_replay(old_redis: RedisTokenStore) -> None:
     """Calls 0.4.0 stored in Redis, staged again now: identical replays."""
-    replays = [await old_redis.stage(_record(call), call["attachments"]) for call in CALLS[:2]]
+    replays = [await old_redis.stage(record_of(call), call["attachments"]) for call in CALLS[:2]]
     assert replays == [False, False]
 
 
@@ -165,7 +155,7 @@ async def test_other_attachments_over_an_old_redis_value_conflict(
 ) -> None:
     """The first call staged again with other attachments is refused over its 0.4.0 value."""
     with pytest.raises(CaptureConflict):
-        await old_redis.stage(_record(CALLS[0]), {"x": {"json": 1}})
+        await old_redis.stage(record_of(CALLS[0]), {"x": {"json": 1}})
 
 
 async def test_old_redis_values_fetch_as_staged(old_redis: RedisTokenStore) -> None:
