@@ -10,6 +10,7 @@ child, named by the route (docs/tracing.md#spans).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,8 @@ TOKEN = "shared-s3cret"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+# How long a test waits for its server spans to have ended.
+SPANS_SETTLE_S = 10.0
 
 
 def _routes(*routers: Any) -> list[tuple[str, str]]:
@@ -88,17 +91,36 @@ def _server_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
     return [span for span in exporter.get_finished_spans() if span.kind is SpanKind.SERVER]
 
 
+def _settled(exporter: InMemorySpanExporter, at_least: int = 0) -> list[ReadableSpan]:
+    """The server spans once `at_least` have ended and no more end for a moment.
+
+    A span ends just after its answer has gone out, on the server's thread: on a
+    loaded machine the client may have read the answer (and sent the next request,
+    or left the test) before it ends.
+    """
+    deadline = time.monotonic() + SPANS_SETTLE_S
+    seen = -1
+    while time.monotonic() < deadline:
+        spans = _server_spans(exporter)
+        if len(spans) >= at_least and len(spans) == seen:
+            return spans
+        seen = len(spans)
+        time.sleep(0.1)
+    return _server_spans(exporter)
+
+
 def test_every_route_continues_the_callers_trace(
     served: tuple[str, InMemorySpanExporter, list[Any]],
 ) -> None:
     """One request per route, each with a traceparent: one child server span each, named."""
     url, exporter, routes = served
+    _settled(exporter)  # an earlier test's last span may still be ending
     exporter.clear()
     headers = {"traceparent": TRACEPARENT, "Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
         for method, template in routes:
             client.request(method, _concrete(template), content=b"{}")
-    spans = _server_spans(exporter)
+    spans = _settled(exporter, at_least=len(routes))
     assert len(routes) > 3
     assert sorted(span.name for span in spans) == sorted(f"{m} {t}" for m, t in routes)
     assert {
@@ -114,9 +136,10 @@ def test_a_request_without_traceparent_is_a_root_span(
 ) -> None:
     """No traceparent: the server span starts a trace of its own."""
     url, exporter, _ = served
+    _settled(exporter)
     exporter.clear()
     httpx.get(f"{url}/health", timeout=30)
-    (span,) = _server_spans(exporter)
+    (span,) = _settled(exporter, at_least=1)
     assert (span.parent, span.attributes["http.response.status_code"]) == (None, 200)
 
 
@@ -125,9 +148,10 @@ def test_a_malformed_traceparent_is_ignored(
 ) -> None:
     """A traceparent that does not parse is dropped: the request is served, as a root span."""
     url, exporter, _ = served
+    _settled(exporter)
     exporter.clear()
     answer = httpx.get(f"{url}/health", headers={"traceparent": "00-zz-yy-01"}, timeout=30)
-    (span,) = _server_spans(exporter)
+    (span,) = _settled(exporter, at_least=1)
     assert (answer.status_code, span.parent) == (200, None)
 
 
@@ -136,9 +160,10 @@ def test_server_spans_record_no_path_query_or_header(
 ) -> None:
     """The attributes are the method, route, status, rollout id, source and outcome only."""
     url, exporter, _ = served
+    _settled(exporter)
     exporter.clear()
     httpx.get(f"{url}/health?secret=1", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
-    (span,) = _server_spans(exporter)
+    (span,) = _settled(exporter, at_least=1)
     assert set(span.attributes or {}) <= {
         "http.request.method",
         "http.route",
